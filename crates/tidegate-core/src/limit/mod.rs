@@ -1,0 +1,60 @@
+//! Concurrency limits: how many requests may be in flight in the service at once.
+//!
+//! A limit observes one [`Sample`] per finished request (its round-trip time, how many were in
+//! flight when it started, and whether it succeeded) and exposes the current limit. It never
+//! reads a clock: a sample carries its own time. Each algorithm lives in its own file, with its
+//! source and its defaults in its doc comment; `docs/algorithms.md` compares them.
+
+mod fixed;
+#[cfg(test)]
+pub(crate) mod testkit;
+
+use std::fmt;
+
+pub use fixed::{Fixed, FixedConfig};
+
+use crate::time::{Nanos, Time};
+
+/// How a request that held a permit ended, as far as the limit should learn from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The service answered in time; the round-trip time is a measurement of its health.
+    Success,
+    /// The service failed in a way that signals overload: refused, reset, timed out, or
+    /// answered with an overload status. Limits back off on these.
+    Dropped,
+    /// Says nothing about the service's capacity (a client error, a cancelled call): the limit
+    /// must not learn from it.
+    Ignored,
+}
+
+/// One finished request, as seen by a limit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// When the request finished.
+    pub now: Time,
+    /// From admission into the service to completion (queueing in the gate excluded).
+    pub rtt: Nanos,
+    /// Requests in flight when this one was admitted, itself included.
+    pub inflight: u32,
+    pub outcome: Outcome,
+}
+
+/// An adaptive (or fixed) concurrency limit.
+pub trait Limit: Send + fmt::Debug {
+    /// The current limit, at least 1.
+    fn limit(&self) -> u32;
+
+    /// Learns from one finished request. Samples arrive in completion order, with `now`
+    /// non-decreasing.
+    fn on_sample(&mut self, sample: &Sample);
+}
+
+impl<L: Limit + ?Sized> Limit for Box<L> {
+    fn limit(&self) -> u32 {
+        (**self).limit()
+    }
+    fn on_sample(&mut self, sample: &Sample) {
+        (**self).on_sample(sample)
+    }
+}

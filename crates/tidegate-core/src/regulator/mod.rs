@@ -1,0 +1,85 @@
+//! Regulators: who is turned away at the door, before queueing, by how long the gate's own
+//! queue makes requests wait.
+//!
+//! A limit caps how much work is in the service; what the limit holds back waits in the gate's
+//! queue. A regulator keeps that queue short: it watches the queue (on every arrival, on every
+//! departure into the service, and on a periodic tick) and rejects arrivals early, or drops
+//! entries that waited too long, so that what is admitted is served within its deadline.
+
+mod off;
+
+use std::fmt;
+
+pub use off::Off;
+
+use crate::priority::Priority;
+use crate::time::{Nanos, Time};
+
+/// A regulator's answer about one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Admit,
+    Reject,
+}
+
+/// The gate's queue as a regulator sees it on a tick.
+///
+/// Counters are cumulative since the gate was created, so that a regulator computes rates over
+/// whatever interval it chooses by keeping its previous reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueueStats {
+    /// Entries waiting now.
+    pub len: usize,
+    /// How long the oldest waiting entry has waited (zero when empty).
+    pub oldest_wait: Nanos,
+    /// The last time the queue was empty (`now` if it is empty now).
+    pub last_empty: Time,
+    /// Requests in the service now, and the limit on them.
+    pub inflight: u32,
+    pub limit: u32,
+    /// Arrivals at the gate that the regulator let through (queued or admitted at once).
+    pub accepted: u64,
+    /// Entries that went into the queue.
+    pub enqueued: u64,
+    /// Entries that left the queue into the service.
+    pub dequeued: u64,
+    /// Requests that left the service (any outcome).
+    pub completed: u64,
+}
+
+/// What a regulator reports about itself, for metrics and dashboards.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RegulatorState {
+    /// Fraction of arrivals it is rejecting now, in `[0, 1]` (PIE's drop probability, PID's
+    /// rejection ratio).
+    pub reject_ratio: f64,
+    /// The least important rank still admitted, when shedding by priority: ranks above it are
+    /// rejected. `None` when nothing is cut off.
+    pub cutoff_rank: Option<u16>,
+    /// Whether a burst allowance is letting everything through.
+    pub burst: bool,
+    /// Whether the regulator believes the service is overloaded.
+    pub overloaded: bool,
+}
+
+/// A queue regulator. The gate calls it on every arrival and on every departure from the queue,
+/// and ticks it at [`Regulator::next_tick`].
+pub trait Regulator: Send + fmt::Debug {
+    /// Whether to let an arrival in (to the queue or straight to the service). `queue_len` is
+    /// the queue length before this arrival.
+    fn on_arrival(&mut self, now: Time, priority: Priority, queue_len: usize) -> Verdict;
+
+    /// Whether an entry that waited `sojourn` may go on into the service, or is dropped now
+    /// (CoDel drops at dequeue). The default lets everything through.
+    fn on_dequeue(&mut self, _now: Time, _sojourn: Nanos, _priority: Priority) -> Verdict {
+        Verdict::Admit
+    }
+
+    /// Periodic update. Called at or after [`Regulator::next_tick`].
+    fn tick(&mut self, now: Time, queue: &QueueStats);
+
+    /// When the regulator wants its next tick; [`Time::MAX`] for never.
+    fn next_tick(&self) -> Time;
+
+    fn state(&self) -> RegulatorState;
+}
