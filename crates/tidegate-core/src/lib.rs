@@ -10,8 +10,10 @@
 //!   `HillClimb`, `Autotune`).
 //! - [`regulator`]: who is turned away before queueing (`Pie`, `Codel`, `Pid`, `Off`).
 
+pub mod gate;
 pub mod limit;
 pub mod priority;
+pub mod queue;
 pub mod regulator;
 pub mod rng;
 pub mod time;

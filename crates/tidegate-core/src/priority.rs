@@ -46,7 +46,10 @@ impl Priority {
     /// The most important priority: tier 0, cohort 0.
     pub const HIGHEST: Priority = Priority { tier: 0, cohort: 0 };
     /// The least important priority: tier 5, cohort 127.
-    pub const LOWEST: Priority = Priority { tier: TIERS - 1, cohort: COHORTS - 1 };
+    pub const LOWEST: Priority = Priority {
+        tier: TIERS - 1,
+        cohort: COHORTS - 1,
+    };
 
     pub fn new(tier: u32, cohort: u32) -> Result<Priority, PriorityError> {
         if tier >= u32::from(TIERS) {
@@ -55,7 +58,10 @@ impl Priority {
         if cohort >= u32::from(COHORTS) {
             return Err(PriorityError::Cohort(cohort));
         }
-        Ok(Priority { tier: tier as u8, cohort: cohort as u8 })
+        Ok(Priority {
+            tier: tier as u8,
+            cohort: cohort as u8,
+        })
     }
 
     pub const fn tier(self) -> u8 {
@@ -76,12 +82,18 @@ impl Priority {
         if rank as usize >= RANKS {
             return None;
         }
-        Some(Priority { tier: (rank / COHORTS as u16) as u8, cohort: (rank % COHORTS as u16) as u8 })
+        Some(Priority {
+            tier: (rank / COHORTS as u16) as u8,
+            cohort: (rank % COHORTS as u16) as u8,
+        })
     }
 
     /// The same tier with another cohort, for a caller key's cohort (see [`CohortMap`]).
     pub fn with_cohort(self, cohort: u8) -> Priority {
-        Priority { tier: self.tier, cohort: cohort.min(COHORTS - 1) }
+        Priority {
+            tier: self.tier,
+            cohort: cohort.min(COHORTS - 1),
+        }
     }
 }
 
@@ -139,7 +151,10 @@ impl TryFrom<PriorityParts> for Priority {
 
 impl From<Priority> for PriorityParts {
     fn from(p: Priority) -> PriorityParts {
-        PriorityParts { tier: p.tier.into(), cohort: p.cohort.into() }
+        PriorityParts {
+            tier: p.tier.into(),
+            cohort: p.cohort.into(),
+        }
     }
 }
 
@@ -163,7 +178,10 @@ pub struct CohortMap {
 
 impl Default for CohortMap {
     fn default() -> CohortMap {
-        CohortMap { rotation: Nanos::from_secs(600), salt: 0 }
+        CohortMap {
+            rotation: Nanos::from_secs(600),
+            salt: 0,
+        }
     }
 }
 
@@ -205,7 +223,10 @@ mod tests {
         assert_eq!(Priority::from_rank(768), None);
         let t1_last = Priority::new(1, 127).expect("valid");
         let t2_first = Priority::new(2, 0).expect("valid");
-        assert!(t1_last.rank() < t2_first.rank(), "every tier-1 outranks every tier-2");
+        assert!(
+            t1_last.rank() < t2_first.rank(),
+            "every tier-1 outranks every tier-2"
+        );
     }
 
     #[test]
@@ -218,9 +239,18 @@ mod tests {
     fn parses_header_forms() {
         assert_eq!("1".parse(), Ok(Priority::new(1, 0).expect("valid")));
         assert_eq!(" 5/127 ".parse(), Ok(Priority::LOWEST));
-        assert!(matches!("9".parse::<Priority>(), Err(ParsePriorityError::Range(_))));
-        assert!(matches!("high".parse::<Priority>(), Err(ParsePriorityError::Syntax(_))));
-        assert!(matches!("1/".parse::<Priority>(), Err(ParsePriorityError::Syntax(_))));
+        assert!(matches!(
+            "9".parse::<Priority>(),
+            Err(ParsePriorityError::Range(_))
+        ));
+        assert!(matches!(
+            "high".parse::<Priority>(),
+            Err(ParsePriorityError::Syntax(_))
+        ));
+        assert!(matches!(
+            "1/".parse::<Priority>(),
+            Err(ParsePriorityError::Syntax(_))
+        ));
         assert_eq!(Priority::LOWEST.to_string().parse(), Ok(Priority::LOWEST));
     }
 
@@ -250,7 +280,10 @@ mod tests {
                 map.cohort(key.as_bytes(), now) != map.cohort(key.as_bytes(), later)
             })
             .count();
-        assert!(moved < 250, "{moved} of 10000 keys moved in 1% of a rotation");
+        assert!(
+            moved < 250,
+            "{moved} of 10000 keys moved in 1% of a rotation"
+        );
     }
 
     #[test]
@@ -264,31 +297,48 @@ mod tests {
             counts[map.cohort(&user.to_le_bytes(), now) as usize] += 1;
         }
         let expected = 1000.0;
-        let chi2: f64 = counts.iter().map(|&c| (f64::from(c) - expected).powi(2) / expected).sum();
+        let chi2: f64 = counts
+            .iter()
+            .map(|&c| (f64::from(c) - expected).powi(2) / expected)
+            .sum();
         assert!(chi2 < 181.99, "chi-square {chi2}");
     }
 
     #[test]
     fn nobody_is_always_first() {
         // Over many rotations, a key visits cohorts spread across the whole range.
-        let map = CohortMap { rotation: Nanos::from_secs(60), salt: 0 };
+        let map = CohortMap {
+            rotation: Nanos::from_secs(60),
+            salt: 0,
+        };
         for user in 0..50u32 {
             let key = format!("user-{user}");
             let cohorts: Vec<u8> = (0..200u64)
                 .map(|e| map.cohort(key.as_bytes(), Time::from_nanos(e * 60_000_000_000)))
                 .collect();
             let worst = cohorts.iter().filter(|&&c| c >= 120).count();
-            assert!(worst < 40, "{key} in the last 8 cohorts {worst} times of 200");
+            assert!(
+                worst < 40,
+                "{key} in the last 8 cohorts {worst} times of 200"
+            );
             assert!(cohorts.iter().any(|&c| c < 64) && cohorts.iter().any(|&c| c >= 64));
         }
     }
 
     #[test]
     fn salt_changes_the_assignment() {
-        let a = CohortMap { salt: 1, ..CohortMap::default() };
-        let b = CohortMap { salt: 2, ..CohortMap::default() };
+        let a = CohortMap {
+            salt: 1,
+            ..CohortMap::default()
+        };
+        let b = CohortMap {
+            salt: 2,
+            ..CohortMap::default()
+        };
         let same = (0..1000u32)
-            .filter(|u| a.cohort(&u.to_le_bytes(), Time::ZERO) == b.cohort(&u.to_le_bytes(), Time::ZERO))
+            .filter(|u| {
+                a.cohort(&u.to_le_bytes(), Time::ZERO) == b.cohort(&u.to_le_bytes(), Time::ZERO)
+            })
             .count();
         assert!(same < 30, "{same}");
     }

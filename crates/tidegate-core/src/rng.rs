@@ -25,7 +25,9 @@ impl Rng {
             x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
             splitmix64(x)
         };
-        Rng { s: [next(), next(), next(), next()] }
+        Rng {
+            s: [next(), next(), next(), next()],
+        }
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -75,9 +77,15 @@ mod tests {
 
     #[test]
     fn same_seed_same_stream_different_seed_different_stream() {
-        let a: Vec<u64> = (0..8).scan(Rng::seed(7), |r, _| Some(r.next_u64())).collect();
-        let b: Vec<u64> = (0..8).scan(Rng::seed(7), |r, _| Some(r.next_u64())).collect();
-        let c: Vec<u64> = (0..8).scan(Rng::seed(8), |r, _| Some(r.next_u64())).collect();
+        let a: Vec<u64> = (0..8)
+            .scan(Rng::seed(7), |r, _| Some(r.next_u64()))
+            .collect();
+        let b: Vec<u64> = (0..8)
+            .scan(Rng::seed(7), |r, _| Some(r.next_u64()))
+            .collect();
+        let c: Vec<u64> = (0..8)
+            .scan(Rng::seed(8), |r, _| Some(r.next_u64()))
+            .collect();
         assert_eq!(a, b);
         assert_ne!(a, c);
     }

@@ -148,7 +148,10 @@ impl fmt::Display for Nanos {
         if self.0 == 0 {
             return f.write_str("0s");
         }
-        match UNITS.iter().find(|(scale, _)| self.0.is_multiple_of(*scale)) {
+        match UNITS
+            .iter()
+            .find(|(scale, _)| self.0.is_multiple_of(*scale))
+        {
             Some((scale, unit)) => write!(f, "{}{unit}", self.0 / scale),
             None => write!(f, "{}ns", self.0),
         }
@@ -163,7 +166,9 @@ impl fmt::Debug for Nanos {
 
 /// Why a duration string did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {input:?}: expected a number followed by a unit (ns, us, ms, s, m, h), e.g. \"150ms\" or \"1.5s\"")]
+#[error(
+    "invalid duration {input:?}: expected a number followed by a unit (ns, us, ms, s, m, h), e.g. \"150ms\" or \"1.5s\""
+)]
 pub struct ParseNanosError {
     input: String,
 }
@@ -173,7 +178,9 @@ impl FromStr for Nanos {
 
     /// Parses `"150ms"`, `"1.5s"`, `"250us"`, `"2m"`: a non-negative decimal and a unit.
     fn from_str(s: &str) -> Result<Nanos, ParseNanosError> {
-        let err = || ParseNanosError { input: s.to_owned() };
+        let err = || ParseNanosError {
+            input: s.to_owned(),
+        };
         let trimmed = s.trim();
         let split = trimmed
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -196,7 +203,11 @@ impl FromStr for Nanos {
         if whole.is_empty() && frac.is_empty() {
             return Err(err());
         }
-        let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| err())? };
+        let whole: u64 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| err())?
+        };
         let mut nanos = whole.checked_mul(scale).ok_or_else(err)?;
         let mut place = scale;
         for digit in frac.chars() {
@@ -263,7 +274,16 @@ mod tests {
 
     #[test]
     fn rejects_garbage_with_the_input_in_the_message() {
-        for bad in ["", "ms", "15", "15 parsecs", "-1s", "1.2.3s", ".s", "0.0000000001s"] {
+        for bad in [
+            "",
+            "ms",
+            "15",
+            "15 parsecs",
+            "-1s",
+            "1.2.3s",
+            ".s",
+            "0.0000000001s",
+        ] {
             let err = bad.parse::<Nanos>().expect_err(bad);
             assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
         }
@@ -271,7 +291,17 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for n in [0, 1, 999, 1_000, 1_500, 15_000_000, 1_500_000_000, 123_456_789_012, u64::MAX] {
+        for n in [
+            0,
+            1,
+            999,
+            1_000,
+            1_500,
+            15_000_000,
+            1_500_000_000,
+            123_456_789_012,
+            u64::MAX,
+        ] {
             let d = Nanos::from_nanos(n);
             assert_eq!(d.to_string().parse(), Ok(d), "{d}");
         }
@@ -297,7 +327,9 @@ mod tests {
         }
         let c: C = toml::from_str("a = \"15ms\"\nb = 42").expect("valid");
         assert_eq!((c.a, c.b), (Nanos::from_millis(15), Nanos::from_nanos(42)));
-        let err = toml::from_str::<C>("a = \"15 parsecs\"\nb = 1").err().map(|e| e.to_string());
+        let err = toml::from_str::<C>("a = \"15 parsecs\"\nb = 1")
+            .err()
+            .map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.contains("line 1")));
     }
 }

@@ -27,7 +27,9 @@ pub struct Fixed {
 
 impl Fixed {
     pub fn new(config: &FixedConfig) -> Fixed {
-        Fixed { limit: config.limit.max(1) }
+        Fixed {
+            limit: config.limit.max(1),
+        }
     }
 }
 
@@ -50,10 +52,20 @@ mod tests {
         let mut fixed = Fixed::new(&FixedConfig { limit: 0 });
         assert_eq!(fixed.limit(), 1);
         let mut fixed60 = Fixed::new(&FixedConfig { limit: 60 });
-        let trace = run(&mut fixed60, &Service::kanaloa(), Load::Saturating, Nanos::from_secs(30));
+        let trace = run(
+            &mut fixed60,
+            &Service::kanaloa(),
+            Load::Saturating,
+            Nanos::from_secs(30),
+        );
         assert_eq!(trace.min_limit(), 60);
         assert_eq!(trace.max_limit(), 60);
-        let trace = run(&mut fixed, &Service::kanaloa(), Load::Saturating, Nanos::from_secs(1));
+        let trace = run(
+            &mut fixed,
+            &Service::kanaloa(),
+            Load::Saturating,
+            Nanos::from_secs(1),
+        );
         assert_eq!(trace.max_limit(), 1);
     }
 }

@@ -65,7 +65,9 @@ impl Service {
     /// Round-trip time of a request that starts at `now` with `inflight` in flight.
     pub(crate) fn rtt(&self, now: Time, inflight: u32, rng: &mut Rng) -> Nanos {
         let optimal = f64::from(self.optimal_at(now).max(1));
-        let slowdown = (f64::from(inflight) / optimal).max(1.0).powf(self.contention);
+        let slowdown = (f64::from(inflight) / optimal)
+            .max(1.0)
+            .powf(self.contention);
         let jitter = 1.0 + self.jitter * (2.0 * rng.next_f64() - 1.0);
         self.base.mul_f64(slowdown * jitter)
     }
@@ -99,7 +101,11 @@ impl Trace {
     /// The limit in force at `t` (the last one set at or before `t`).
     pub(crate) fn limit_at(&self, t: Nanos) -> u32 {
         let t = Time::ZERO + t;
-        self.limits.iter().take_while(|(at, _)| *at <= t).last().map_or(0, |&(_, l)| l)
+        self.limits
+            .iter()
+            .take_while(|(at, _)| *at <= t)
+            .last()
+            .map_or(0, |&(_, l)| l)
     }
     /// Time-weighted mean of the limit over `[from, to)`.
     pub(crate) fn mean_limit(&self, from: Nanos, to: Nanos) -> f64 {
@@ -128,8 +134,12 @@ impl Trace {
     /// Mean rtt of completions over `[from, to)`.
     pub(crate) fn mean_rtt(&self, from: Nanos, to: Nanos) -> Nanos {
         let (from, to) = (Time::ZERO + from, Time::ZERO + to);
-        let window: Vec<Nanos> =
-            self.completions.iter().filter(|(t, ..)| *t >= from && *t < to).map(|&(_, r, _)| r).collect();
+        let window: Vec<Nanos> = self
+            .completions
+            .iter()
+            .filter(|(t, ..)| *t >= from && *t < to)
+            .map(|&(_, r, _)| r)
+            .collect();
         let total: u64 = window.iter().map(|r| r.as_nanos()).sum();
         Nanos::from_nanos(total / window.len().max(1) as u64)
     }
@@ -163,7 +173,11 @@ pub(crate) fn run(limit: &mut dyn Limit, service: &Service, load: Load, duration
     let mut inflight = 0u32;
     let mut next_arrival = Time::ZERO;
 
-    let start = |now: Time, inflight: &mut u32, pending: &mut BinaryHeap<_>, seq: &mut u64, rng: &mut Rng| {
+    let start = |now: Time,
+                 inflight: &mut u32,
+                 pending: &mut BinaryHeap<_>,
+                 seq: &mut u64,
+                 rng: &mut Rng| {
         *inflight += 1;
         let rtt = service.rtt(now, *inflight, rng);
         // The client gives up at its timeout and the permit comes back then.
@@ -202,10 +216,21 @@ pub(crate) fn run(limit: &mut dyn Limit, service: &Service, load: Load, duration
             }
             continue;
         }
-        let Some(Reverse((finish, _, inflight_at_start, rtt, timed_out))) = pending.pop() else { break };
+        let Some(Reverse((finish, _, inflight_at_start, rtt, timed_out))) = pending.pop() else {
+            break;
+        };
         inflight -= 1;
-        let outcome = if timed_out && !service.timeouts_look_like_success { Outcome::Dropped } else { Outcome::Success };
-        limit.on_sample(&Sample { now: finish, rtt, inflight: inflight_at_start, outcome });
+        let outcome = if timed_out && !service.timeouts_look_like_success {
+            Outcome::Dropped
+        } else {
+            Outcome::Success
+        };
+        limit.on_sample(&Sample {
+            now: finish,
+            rtt,
+            inflight: inflight_at_start,
+            outcome,
+        });
         trace.completions.push((finish, rtt, outcome));
         trace.limits.push((finish, limit.limit()));
     }
@@ -224,15 +249,36 @@ mod tests {
     #[test]
     fn service_peaks_at_its_optimal_concurrency() {
         let secs = Nanos::from_secs;
-        let at_optimum = run(&mut fixed(20), &Service::kanaloa(), Load::Saturating, secs(20));
-        let beyond = run(&mut fixed(60), &Service::kanaloa(), Load::Saturating, secs(20));
-        let below = run(&mut fixed(10), &Service::kanaloa(), Load::Saturating, secs(20));
+        let at_optimum = run(
+            &mut fixed(20),
+            &Service::kanaloa(),
+            Load::Saturating,
+            secs(20),
+        );
+        let beyond = run(
+            &mut fixed(60),
+            &Service::kanaloa(),
+            Load::Saturating,
+            secs(20),
+        );
+        let below = run(
+            &mut fixed(10),
+            &Service::kanaloa(),
+            Load::Saturating,
+            secs(20),
+        );
         let g20 = at_optimum.goodput(secs(5), secs(20));
         assert!((190.0..210.0).contains(&g20), "{g20}");
-        assert!(beyond.goodput(secs(5), secs(20)) < 0.85 * g20, "contention costs throughput");
+        assert!(
+            beyond.goodput(secs(5), secs(20)) < 0.85 * g20,
+            "contention costs throughput"
+        );
         assert!(below.goodput(secs(5), secs(20)) < 0.55 * g20);
         let rtt = beyond.mean_rtt(secs(5), secs(20)).as_millis_f64();
-        assert!((330.0..420.0).contains(&rtt), "60 in flight: (60/20)^1.2 x 100 ms, got {rtt}");
+        assert!(
+            (330.0..420.0).contains(&rtt),
+            "60 in flight: (60/20)^1.2 x 100 ms, got {rtt}"
+        );
     }
 
     #[test]
@@ -249,11 +295,26 @@ mod tests {
         let secs = Nanos::from_secs;
         let mut service = Service::kanaloa();
         service.timeout = Some(Nanos::from_millis(150));
-        let trace = run(&mut fixed(30), &service, Load::Poisson { rps: 100.0 }, secs(30));
+        let trace = run(
+            &mut fixed(30),
+            &service,
+            Load::Poisson { rps: 100.0 },
+            secs(30),
+        );
         let g = trace.goodput(secs(0), secs(30));
         assert!((90.0..110.0).contains(&g), "light load is all served: {g}");
-        let trace = run(&mut fixed(30), &service, Load::Poisson { rps: 1000.0 }, secs(10));
-        assert!(trace.completions.iter().any(|&(_, rtt, o)| o == Outcome::Dropped && rtt == Nanos::from_millis(150)));
+        let trace = run(
+            &mut fixed(30),
+            &service,
+            Load::Poisson { rps: 1000.0 },
+            secs(10),
+        );
+        assert!(
+            trace
+                .completions
+                .iter()
+                .any(|&(_, rtt, o)| o == Outcome::Dropped && rtt == Nanos::from_millis(150))
+        );
         assert_eq!(trace.limit_at(secs(5)), 30);
         assert!((trace.mean_limit(secs(1), secs(9)) - 30.0).abs() < 1e-9);
         assert_eq!(trace.settled_within(secs(0), 30.0, 0.01), Some(Nanos::ZERO));

@@ -1,0 +1,517 @@
+//! The gate: a limit, a regulator and the priority queue composed into one state machine.
+//!
+//! Every request that arrives ends in exactly one counted outcome: completed (ok, dropped or
+//! ignored), rejected (by the regulator, because the queue was full, or for want of a lease),
+//! expired (waited past its deadline) or cancelled (the caller went away, queued or in flight).
+//! At any instant `arrived == outcomes + in flight + queued`, per tier and in total, so that
+//! anyone can reconcile the counters.
+//!
+//! Like quinn-proto's connection, the gate does no I/O and reads no clock. Calls return what
+//! they decide at once ([`Arrival`]); what happens to *other* requests as a consequence (a slot
+//! freed by a completion admits the next queued request, a tick expires a few) is queued as
+//! [`Event`]s that the driver drains with [`Gate::poll_event`] and delivers to the waiting
+//! callers. The driver also calls [`Gate::tick`] at [`Gate::next_tick`].
+
+use std::collections::VecDeque;
+
+use crate::limit::{Limit, Outcome, Sample};
+use crate::priority::{Priority, TIERS};
+use crate::queue::{Entry, Order, PriorityQueue, Ticket};
+use crate::regulator::{QueueStats, Regulator, RegulatorState, Verdict};
+use crate::time::{Nanos, Time};
+
+/// How the gate's queue behaves.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// Most requests waiting at once; past it, an arrival displaces the least important
+    /// waiting request if it is more important, and is rejected otherwise. Default 1000.
+    pub capacity: usize,
+    /// Longest a request waits before it expires. A third of the client's timeout is a good
+    /// value when the timeout is known (Cinnamon uses 33%). Default 500ms.
+    pub timeout: Nanos,
+    /// Serve the newest request of a rank first once the queue has not been empty for this
+    /// long (Facebook's adaptive LIFO); `None` for always oldest first. Default `None`.
+    pub lifo_after: Option<Nanos>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> QueueConfig {
+        QueueConfig {
+            capacity: 1000,
+            timeout: Nanos::from_millis(500),
+            lifo_after: None,
+        }
+    }
+}
+
+/// Why a request was turned away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    /// The regulator judged the queue too slow (PIE, CoDel, PID).
+    Regulator,
+    /// The queue was full of requests at least as important.
+    QueueFull,
+    /// The service granted no lease: it asked for nothing to be sent.
+    NoLease,
+}
+
+impl RejectReason {
+    /// A short name for headers and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::Regulator => "regulator",
+            RejectReason::QueueFull => "queue_full",
+            RejectReason::NoLease => "no_lease",
+        }
+    }
+}
+
+/// The right to be in the service: hand it back to [`Gate::complete`] or
+/// [`Gate::cancel_permit`] exactly once. It is deliberately neither `Clone` nor `Copy`.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a permit holds a slot until it is handed back to the gate"]
+pub struct Permit {
+    admitted: Time,
+    inflight: u32,
+    priority: Priority,
+}
+
+impl Permit {
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+    /// When the request entered the service.
+    pub fn admitted(&self) -> Time {
+        self.admitted
+    }
+}
+
+/// What the gate decided about an arrival.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Arrival {
+    /// Go ahead now.
+    Admitted(Permit),
+    /// Wait: an [`Event`] for this ticket will say what became of it.
+    Queued(Ticket),
+    Rejected(RejectReason),
+}
+
+/// What became of a queued request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// It may go ahead now, after waiting `waited`.
+    Admitted {
+        ticket: Ticket,
+        permit: Permit,
+        waited: Nanos,
+    },
+    /// It waited past its deadline.
+    Expired { ticket: Ticket },
+    /// It was turned away after all: dropped at dequeue by the regulator, or displaced from a
+    /// full queue by a more important request.
+    Rejected {
+        ticket: Ticket,
+        reason: RejectReason,
+    },
+}
+
+/// A cap on the limit granted by the service itself (see `docs/lease.md`): at most `allowed`
+/// in flight until `expires`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub allowed: u32,
+    pub expires: Time,
+}
+
+/// Outcome counts for one tier. See [`Counters::check`] for how they reconcile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierCounters {
+    pub arrived: u64,
+    /// Entered the service (at once or from the queue).
+    pub admitted: u64,
+    pub completed_ok: u64,
+    pub completed_dropped: u64,
+    pub completed_ignored: u64,
+    pub rejected_regulator: u64,
+    pub rejected_queue_full: u64,
+    pub rejected_no_lease: u64,
+    pub expired: u64,
+    pub cancelled_queued: u64,
+    pub cancelled_inflight: u64,
+}
+
+impl TierCounters {
+    /// Requests that have ended, in any way.
+    pub fn ended(&self) -> u64 {
+        self.completed_ok
+            + self.completed_dropped
+            + self.completed_ignored
+            + self.rejected()
+            + self.expired
+            + self.cancelled_queued
+            + self.cancelled_inflight
+    }
+
+    pub fn rejected(&self) -> u64 {
+        self.rejected_regulator + self.rejected_queue_full + self.rejected_no_lease
+    }
+
+    /// Admitted and not yet ended.
+    pub fn inflight(&self) -> u64 {
+        self.admitted
+            - self.completed_ok
+            - self.completed_dropped
+            - self.completed_ignored
+            - self.cancelled_inflight
+    }
+
+    fn add(&mut self, o: &TierCounters) {
+        self.arrived += o.arrived;
+        self.admitted += o.admitted;
+        self.completed_ok += o.completed_ok;
+        self.completed_dropped += o.completed_dropped;
+        self.completed_ignored += o.completed_ignored;
+        self.rejected_regulator += o.rejected_regulator;
+        self.rejected_queue_full += o.rejected_queue_full;
+        self.rejected_no_lease += o.rejected_no_lease;
+        self.expired += o.expired;
+        self.cancelled_queued += o.cancelled_queued;
+        self.cancelled_inflight += o.cancelled_inflight;
+    }
+}
+
+/// Outcome counts, per tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub tiers: [TierCounters; TIERS as usize],
+}
+
+impl Counters {
+    pub fn total(&self) -> TierCounters {
+        let mut total = TierCounters::default();
+        for tier in &self.tiers {
+            total.add(tier);
+        }
+        total
+    }
+
+    fn tier(&mut self, priority: Priority) -> &mut TierCounters {
+        &mut self.tiers[priority.tier() as usize]
+    }
+}
+
+/// A point-in-time view of a gate, for status pages and metrics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Snapshot {
+    pub inflight: u32,
+    /// The limit in force (the algorithm's, capped by a lease).
+    pub limit: u32,
+    pub queued: usize,
+    pub oldest_wait: Nanos,
+    pub lease: Option<Lease>,
+    pub regulator: RegulatorState,
+    pub counters: Counters,
+}
+
+/// The composition of a [`Limit`], a [`Regulator`] and a [`PriorityQueue`].
+#[derive(Debug)]
+pub struct Gate {
+    limit: Box<dyn Limit>,
+    regulator: Box<dyn Regulator>,
+    queue: PriorityQueue,
+    config: QueueConfig,
+    /// `limit.limit()` capped by the lease, refreshed whenever either changes.
+    effective_limit: u32,
+    lease: Option<Lease>,
+    inflight: u32,
+    last_empty: Time,
+    counters: Counters,
+    stats: QueueStats,
+    events: VecDeque<Event>,
+}
+
+impl Gate {
+    pub fn new(limit: Box<dyn Limit>, regulator: Box<dyn Regulator>, config: QueueConfig) -> Gate {
+        let effective_limit = limit.limit().max(1);
+        Gate {
+            limit,
+            regulator,
+            queue: PriorityQueue::new(),
+            config,
+            effective_limit,
+            lease: None,
+            inflight: 0,
+            last_empty: Time::ZERO,
+            counters: Counters::default(),
+            stats: QueueStats::default(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// A request arrives. Decides at once: admitted, queued, or rejected.
+    pub fn arrive(&mut self, now: Time, priority: Priority) -> Arrival {
+        self.arrive_with_timeout(now, priority, self.config.timeout)
+    }
+
+    /// As [`Gate::arrive`], waiting at most `timeout` (for a request whose own deadline is
+    /// sooner than the gate's queue timeout).
+    pub fn arrive_with_timeout(
+        &mut self,
+        now: Time,
+        priority: Priority,
+        timeout: Nanos,
+    ) -> Arrival {
+        self.counters.tier(priority).arrived += 1;
+        if let Some(lease) = self.lease {
+            if now >= lease.expires {
+                self.end_lease();
+                self.fill(now);
+            } else if lease.allowed == 0 {
+                return self.reject(priority, RejectReason::NoLease);
+            }
+        }
+        if self.regulator.on_arrival(now, priority, self.queue.len()) == Verdict::Reject {
+            return self.reject(priority, RejectReason::Regulator);
+        }
+        // After every call the queue is empty or the service full, so a free slot means
+        // nobody is waiting for it.
+        if self.inflight < self.effective_limit {
+            self.stats.accepted += 1;
+            return Arrival::Admitted(self.admit(now, priority));
+        }
+        if self.queue.len() >= self.config.capacity {
+            let displaces = self
+                .queue
+                .least_important()
+                .is_some_and(|worst| worst.rank() > priority.rank());
+            if !displaces {
+                return self.reject(priority, RejectReason::QueueFull);
+            }
+            if let Some((ticket, entry)) = self.queue.pop_least_important() {
+                self.counters.tier(entry.priority).rejected_queue_full += 1;
+                self.events.push_back(Event::Rejected {
+                    ticket,
+                    reason: RejectReason::QueueFull,
+                });
+            }
+        }
+        if self.queue.is_empty() {
+            self.last_empty = now;
+        }
+        self.stats.accepted += 1;
+        self.stats.enqueued += 1;
+        let deadline = now + timeout;
+        Arrival::Queued(self.queue.push(Entry {
+            priority,
+            enqueued: now,
+            deadline,
+        }))
+    }
+
+    /// A request admitted by `permit` finished. Feeds the limit and admits waiting requests
+    /// into the freed slot (see [`Gate::poll_event`]).
+    pub fn complete(&mut self, now: Time, permit: Permit, outcome: Outcome) {
+        self.inflight -= 1;
+        self.stats.completed += 1;
+        let tier = self.counters.tier(permit.priority);
+        match outcome {
+            Outcome::Success => tier.completed_ok += 1,
+            Outcome::Dropped => tier.completed_dropped += 1,
+            Outcome::Ignored => tier.completed_ignored += 1,
+        }
+        let rtt = now - permit.admitted;
+        self.limit.on_sample(&Sample {
+            now,
+            rtt,
+            inflight: permit.inflight,
+            outcome,
+        });
+        self.refresh_limit();
+        self.fill(now);
+    }
+
+    /// The caller of an admitted request went away. Its slot is freed; the limit learns
+    /// nothing from it.
+    pub fn cancel_permit(&mut self, now: Time, permit: Permit) {
+        self.inflight -= 1;
+        self.stats.completed += 1;
+        self.counters.tier(permit.priority).cancelled_inflight += 1;
+        self.fill(now);
+    }
+
+    /// The caller of a queued request went away. Returns false if the ticket is no longer
+    /// queued (its event is then waiting in [`Gate::poll_event`], or was delivered).
+    pub fn cancel(&mut self, now: Time, ticket: Ticket) -> bool {
+        match self.queue.remove(ticket) {
+            Some(entry) => {
+                self.counters.tier(entry.priority).cancelled_queued += 1;
+                self.note_if_empty(now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Periodic work: expires overdue entries, updates the regulator, ends a lapsed lease,
+    /// and admits what the new state allows. Call at [`Gate::next_tick`] (calling more often
+    /// is harmless).
+    pub fn tick(&mut self, now: Time) {
+        while let Some((ticket, entry)) = self.queue.pop_expired(now) {
+            self.counters.tier(entry.priority).expired += 1;
+            self.events.push_back(Event::Expired { ticket });
+        }
+        self.note_if_empty(now);
+        if self.lease.is_some_and(|l| now >= l.expires) {
+            self.end_lease();
+        }
+        if now >= self.regulator.next_tick() {
+            let stats = self.queue_stats(now);
+            self.regulator.tick(now, &stats);
+        }
+        self.fill(now);
+    }
+
+    /// When [`Gate::tick`] next has work to do: the earliest of the next queue deadline, the
+    /// regulator's next update and the lease's expiry. [`Time::MAX`] when there is none.
+    pub fn next_tick(&mut self) -> Time {
+        let deadline = self.queue.earliest_deadline().unwrap_or(Time::MAX);
+        let lease = self.lease.map_or(Time::MAX, |l| l.expires);
+        deadline.min(lease).min(self.regulator.next_tick())
+    }
+
+    /// The next consequence for a queued request, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The service granted a lease: at most `allowed` in flight until `expires`. A later lease
+    /// replaces an earlier one; when it lapses the limit is the algorithm's again.
+    pub fn set_lease(&mut self, now: Time, lease: Lease) {
+        self.lease = (now < lease.expires).then_some(lease);
+        self.refresh_limit();
+        self.fill(now);
+    }
+
+    pub fn inflight(&self) -> u32 {
+        self.inflight
+    }
+
+    /// The limit in force: the algorithm's, capped by a lease.
+    pub fn limit(&self) -> u32 {
+        self.effective_limit
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn snapshot(&self, now: Time) -> Snapshot {
+        Snapshot {
+            inflight: self.inflight,
+            limit: self.effective_limit,
+            queued: self.queue.len(),
+            oldest_wait: self.queue.oldest_wait(now),
+            lease: self.lease,
+            regulator: self.regulator.state(),
+            counters: self.counters,
+        }
+    }
+
+    fn admit(&mut self, now: Time, priority: Priority) -> Permit {
+        self.inflight += 1;
+        self.counters.tier(priority).admitted += 1;
+        Permit {
+            admitted: now,
+            inflight: self.inflight,
+            priority,
+        }
+    }
+
+    fn reject(&mut self, priority: Priority, reason: RejectReason) -> Arrival {
+        let tier = self.counters.tier(priority);
+        match reason {
+            RejectReason::Regulator => tier.rejected_regulator += 1,
+            RejectReason::QueueFull => tier.rejected_queue_full += 1,
+            RejectReason::NoLease => tier.rejected_no_lease += 1,
+        }
+        Arrival::Rejected(reason)
+    }
+
+    /// Moves waiting requests into free slots, most important first. Entries past their
+    /// deadline expire here rather than being admitted to a caller who has given up.
+    fn fill(&mut self, now: Time) {
+        while self.inflight < self.effective_limit {
+            let order = match self.config.lifo_after {
+                Some(after) if now - self.last_empty >= after => Order::Lifo,
+                _ => Order::Fifo,
+            };
+            let Some((ticket, entry)) = self.queue.pop(order) else {
+                break;
+            };
+            self.stats.dequeued += 1;
+            let waited = now - entry.enqueued;
+            let tier = self.counters.tier(entry.priority);
+            if entry.deadline <= now {
+                tier.expired += 1;
+                self.events.push_back(Event::Expired { ticket });
+            } else if self.regulator.on_dequeue(now, waited, entry.priority) == Verdict::Reject {
+                tier.rejected_regulator += 1;
+                self.events.push_back(Event::Rejected {
+                    ticket,
+                    reason: RejectReason::Regulator,
+                });
+            } else {
+                let permit = self.admit(now, entry.priority);
+                self.events.push_back(Event::Admitted {
+                    ticket,
+                    permit,
+                    waited,
+                });
+            }
+        }
+        self.note_if_empty(now);
+    }
+
+    fn note_if_empty(&mut self, now: Time) {
+        if self.queue.is_empty() {
+            self.last_empty = now;
+        }
+    }
+
+    fn refresh_limit(&mut self) {
+        let limit = self.limit.limit().max(1);
+        self.effective_limit = match self.lease {
+            Some(lease) => limit.min(lease.allowed),
+            None => limit,
+        };
+    }
+
+    fn end_lease(&mut self) {
+        self.lease = None;
+        self.refresh_limit();
+    }
+
+    fn queue_stats(&self, now: Time) -> QueueStats {
+        QueueStats {
+            len: self.queue.len(),
+            oldest_wait: self.queue.oldest_wait(now),
+            last_empty: if self.queue.is_empty() {
+                now
+            } else {
+                self.last_empty
+            },
+            inflight: self.inflight,
+            limit: self.effective_limit,
+            ..self.stats
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,366 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::*;
+use crate::limit::{Fixed, FixedConfig};
+use crate::regulator::Off;
+
+/// A limit the test moves by hand.
+#[derive(Debug, Clone)]
+struct Manual(Arc<AtomicU32>);
+
+impl Limit for Manual {
+    fn limit(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn on_sample(&mut self, _: &Sample) {}
+}
+
+/// Rejects arrivals of tier `reject_tier` and beyond, and drops at dequeue what waited
+/// longer than `max_wait`.
+#[derive(Debug)]
+struct Threshold {
+    reject_tier: u8,
+    max_wait: Nanos,
+    ticks: u32,
+}
+
+impl Regulator for Threshold {
+    fn on_arrival(&mut self, _: Time, priority: Priority, _: usize) -> Verdict {
+        if priority.tier() >= self.reject_tier {
+            Verdict::Reject
+        } else {
+            Verdict::Admit
+        }
+    }
+    fn on_dequeue(&mut self, _: Time, sojourn: Nanos, _: Priority) -> Verdict {
+        if sojourn > self.max_wait {
+            Verdict::Reject
+        } else {
+            Verdict::Admit
+        }
+    }
+    fn tick(&mut self, _: Time, _: &QueueStats) {
+        self.ticks += 1;
+    }
+    fn next_tick(&self) -> Time {
+        Time::from_nanos(u64::from(self.ticks + 1) * 1_000_000)
+    }
+    fn state(&self) -> RegulatorState {
+        RegulatorState::default()
+    }
+}
+
+fn fixed_gate(limit: u32, queue: QueueConfig) -> Gate {
+    Gate::new(
+        Box::new(Fixed::new(&FixedConfig { limit })),
+        Box::new(Off),
+        queue,
+    )
+}
+
+fn t(ms: u64) -> Time {
+    Time::ZERO + Nanos::from_millis(ms)
+}
+
+fn p(tier: u32, cohort: u32) -> Priority {
+    Priority::new(tier, cohort).expect("valid")
+}
+
+fn admitted(arrival: Arrival) -> Permit {
+    match arrival {
+        Arrival::Admitted(permit) => permit,
+        other => panic!("expected admission, got {other:?}"),
+    }
+}
+
+fn queued(arrival: Arrival) -> Ticket {
+    match arrival {
+        Arrival::Queued(ticket) => ticket,
+        other => panic!("expected queueing, got {other:?}"),
+    }
+}
+
+fn events(gate: &mut Gate) -> Vec<Event> {
+    std::iter::from_fn(|| gate.poll_event()).collect()
+}
+
+fn reconciles(gate: &Gate) {
+    let total = gate.counters().total();
+    assert_eq!(
+        total.arrived,
+        total.ended() + u64::from(gate.inflight()) + gate.queued() as u64,
+        "{total:?}"
+    );
+    assert_eq!(total.inflight(), u64::from(gate.inflight()));
+}
+
+#[test]
+fn admits_up_to_the_limit_then_queues() {
+    let mut gate = fixed_gate(2, QueueConfig::default());
+    let a = admitted(gate.arrive(t(0), p(1, 0)));
+    let _b = admitted(gate.arrive(t(0), p(1, 0)));
+    let c = queued(gate.arrive(t(1), p(1, 0)));
+    assert_eq!((gate.inflight(), gate.queued()), (2, 1));
+    gate.complete(t(10), a, Outcome::Success);
+    match events(&mut gate).as_slice() {
+        [Event::Admitted { ticket, waited, .. }] => {
+            assert_eq!(*ticket, c);
+            assert_eq!(*waited, Nanos::from_millis(9));
+        }
+        other => panic!("{other:?}"),
+    }
+    reconciles(&gate);
+}
+
+#[test]
+fn queued_requests_are_admitted_most_important_first() {
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let first = admitted(gate.arrive(t(0), p(0, 0)));
+    let low = queued(gate.arrive(t(1), p(5, 3)));
+    let high_b = queued(gate.arrive(t(2), p(1, 7)));
+    let high_a = queued(gate.arrive(t(3), p(1, 2)));
+    let high_b2 = queued(gate.arrive(t(4), p(1, 7)));
+    let mut order = Vec::new();
+    let mut permit = first;
+    for step in 0..4 {
+        gate.complete(t(10 + step), permit, Outcome::Success);
+        match events(&mut gate).pop() {
+            Some(Event::Admitted {
+                ticket,
+                permit: next,
+                ..
+            }) => {
+                order.push(ticket);
+                permit = next;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(order, vec![high_a, high_b, high_b2, low]);
+}
+
+#[test]
+fn full_queue_displaces_the_least_important_or_rejects() {
+    let mut gate = fixed_gate(
+        1,
+        QueueConfig {
+            capacity: 2,
+            ..QueueConfig::default()
+        },
+    );
+    let _running = admitted(gate.arrive(t(0), p(0, 0)));
+    let low = queued(gate.arrive(t(0), p(4, 0)));
+    let _mid = queued(gate.arrive(t(0), p(2, 0)));
+    // As important as the least important waiting: no displacement.
+    assert_eq!(
+        gate.arrive(t(1), p(4, 0)),
+        Arrival::Rejected(RejectReason::QueueFull)
+    );
+    let _high = queued(gate.arrive(t(2), p(1, 0)));
+    assert_eq!(
+        events(&mut gate),
+        vec![Event::Rejected {
+            ticket: low,
+            reason: RejectReason::QueueFull
+        }]
+    );
+    assert_eq!(gate.queued(), 2);
+    assert_eq!(gate.counters().tiers[4].rejected_queue_full, 2);
+    reconciles(&gate);
+}
+
+#[test]
+fn tick_expires_overdue_entries_and_fill_never_admits_them() {
+    let mut gate = fixed_gate(
+        1,
+        QueueConfig {
+            timeout: Nanos::from_millis(100),
+            ..QueueConfig::default()
+        },
+    );
+    let running = admitted(gate.arrive(t(0), p(1, 0)));
+    let a = queued(gate.arrive(t(0), p(1, 0)));
+    let b = queued(gate.arrive_with_timeout(t(50), p(1, 0), Nanos::from_millis(20)));
+    assert_eq!(gate.next_tick(), t(70), "b's deadline comes first");
+    gate.tick(t(70));
+    assert_eq!(events(&mut gate), vec![Event::Expired { ticket: b }]);
+    // a's deadline (100 ms) passes without a tick; the completion at 120 must not admit it.
+    gate.complete(t(120), running, Outcome::Success);
+    assert_eq!(events(&mut gate), vec![Event::Expired { ticket: a }]);
+    assert_eq!(gate.counters().total().expired, 2);
+    assert_eq!(gate.next_tick(), Time::MAX);
+    reconciles(&gate);
+}
+
+#[test]
+fn cancellation_queued_and_in_flight() {
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let running = admitted(gate.arrive(t(0), p(1, 0)));
+    let a = queued(gate.arrive(t(1), p(1, 0)));
+    let b = queued(gate.arrive(t(2), p(1, 0)));
+    assert!(gate.cancel(t(3), a));
+    assert!(!gate.cancel(t(3), a), "cancelling twice is a no-op");
+    gate.cancel_permit(t(4), running);
+    let Some(Event::Admitted { ticket, permit, .. }) = gate.poll_event() else {
+        panic!("b should be admitted")
+    };
+    assert_eq!(ticket, b);
+    let total = gate.counters().total();
+    assert_eq!((total.cancelled_queued, total.cancelled_inflight), (1, 1));
+    gate.complete(t(5), permit, Outcome::Dropped);
+    assert_eq!(gate.counters().total().completed_dropped, 1);
+    reconciles(&gate);
+}
+
+#[test]
+fn shrinking_limit_lets_in_flight_finish_and_admits_nothing_meanwhile() {
+    let knob = Arc::new(AtomicU32::new(3));
+    let mut gate = Gate::new(
+        Box::new(Manual(knob.clone())),
+        Box::new(Off),
+        QueueConfig::default(),
+    );
+    let permits: Vec<Permit> = (0..3)
+        .map(|_| admitted(gate.arrive(t(0), p(1, 0))))
+        .collect();
+    let waiting = queued(gate.arrive(t(0), p(1, 0)));
+    knob.store(1, Ordering::Relaxed);
+    let mut permits = permits.into_iter();
+    for (i, permit) in permits.by_ref().take(2).enumerate() {
+        gate.complete(t(10 + i as u64), permit, Outcome::Success);
+        assert_eq!(gate.poll_event(), None, "still over the new limit");
+    }
+    gate.complete(t(20), permits.next().expect("third"), Outcome::Success);
+    assert!(matches!(gate.poll_event(), Some(Event::Admitted { ticket, .. }) if ticket == waiting));
+    assert_eq!(gate.inflight(), 1);
+}
+
+#[test]
+fn regulator_rejects_on_arrival_and_drops_at_dequeue() {
+    let regulator = Threshold {
+        reject_tier: 5,
+        max_wait: Nanos::from_millis(5),
+        ticks: 0,
+    };
+    let mut gate = Gate::new(
+        Box::new(Fixed::new(&FixedConfig { limit: 1 })),
+        Box::new(regulator),
+        QueueConfig::default(),
+    );
+    assert_eq!(
+        gate.arrive(t(0), p(5, 0)),
+        Arrival::Rejected(RejectReason::Regulator)
+    );
+    let running = admitted(gate.arrive(t(0), p(1, 0)));
+    let stale = queued(gate.arrive(t(0), p(1, 0)));
+    let fresh = queued(gate.arrive(t(8), p(2, 0)));
+    gate.complete(t(10), running, Outcome::Success);
+    let got = events(&mut gate);
+    assert_eq!(
+        got[0],
+        Event::Rejected {
+            ticket: stale,
+            reason: RejectReason::Regulator
+        }
+    );
+    assert!(matches!(got[1], Event::Admitted { ticket, .. } if ticket == fresh));
+    assert_eq!(gate.counters().tiers[1].rejected_regulator, 1);
+    assert_eq!(gate.counters().tiers[5].rejected_regulator, 1);
+    assert_eq!(gate.next_tick(), t(1));
+    gate.tick(t(1));
+    assert_eq!(gate.next_tick(), t(2), "the regulator was ticked");
+    reconciles(&gate);
+}
+
+#[test]
+fn lease_caps_the_limit_until_it_lapses() {
+    let mut gate = fixed_gate(
+        10,
+        QueueConfig {
+            timeout: Nanos::from_secs(10),
+            ..QueueConfig::default()
+        },
+    );
+    gate.set_lease(
+        t(0),
+        Lease {
+            allowed: 2,
+            expires: t(100),
+        },
+    );
+    assert_eq!(gate.limit(), 2);
+    let _a = admitted(gate.arrive(t(1), p(1, 0)));
+    let _b = admitted(gate.arrive(t(1), p(1, 0)));
+    let waiting = queued(gate.arrive(t(2), p(1, 0)));
+    assert_eq!(gate.next_tick(), t(100));
+    // The lease lapses: the waiting request goes first, then the newcomer is admitted too.
+    let _c = admitted(gate.arrive(t(100), p(1, 0)));
+    assert!(matches!(gate.poll_event(), Some(Event::Admitted { ticket, .. }) if ticket == waiting));
+    assert_eq!(gate.limit(), 10);
+    reconciles(&gate);
+}
+
+#[test]
+fn zero_lease_rejects_for_want_of_a_lease() {
+    let mut gate = fixed_gate(10, QueueConfig::default());
+    gate.set_lease(
+        t(0),
+        Lease {
+            allowed: 0,
+            expires: t(50),
+        },
+    );
+    assert_eq!(
+        gate.arrive(t(1), p(0, 0)),
+        Arrival::Rejected(RejectReason::NoLease)
+    );
+    gate.tick(t(50));
+    let _ = admitted(gate.arrive(t(51), p(0, 0)));
+    assert_eq!(gate.counters().total().rejected_no_lease, 1);
+    // A lease that already lapsed when it arrives is ignored.
+    gate.set_lease(
+        t(60),
+        Lease {
+            allowed: 0,
+            expires: t(60),
+        },
+    );
+    let _ = admitted(gate.arrive(t(61), p(0, 0)));
+}
+
+#[test]
+fn adaptive_lifo_serves_newest_once_the_queue_has_stood() {
+    let queue = QueueConfig {
+        lifo_after: Some(Nanos::from_millis(100)),
+        timeout: Nanos::from_secs(5),
+        ..QueueConfig::default()
+    };
+    let mut gate = fixed_gate(1, queue);
+    let running = admitted(gate.arrive(t(0), p(1, 0)));
+    let old = queued(gate.arrive(t(0), p(1, 0)));
+    let new = queued(gate.arrive(t(10), p(1, 0)));
+    gate.complete(t(50), running, Outcome::Success);
+    let Some(Event::Admitted { ticket, permit, .. }) = gate.poll_event() else {
+        panic!()
+    };
+    assert_eq!(ticket, old, "queue stood 50 ms < 100 ms: FIFO");
+    let newer = queued(gate.arrive(t(60), p(1, 0)));
+    gate.complete(t(150), permit, Outcome::Success);
+    let Some(Event::Admitted { ticket, .. }) = gate.poll_event() else {
+        panic!()
+    };
+    assert_eq!(ticket, newer, "queue stood 150 ms: newest first");
+    assert!(gate.cancel(t(151), new));
+}
+
+#[test]
+fn snapshot_reports_state() {
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let _running = admitted(gate.arrive(t(0), p(1, 0)));
+    let _waiting = queued(gate.arrive(t(5), p(1, 0)));
+    let snap = gate.snapshot(t(25));
+    assert_eq!((snap.inflight, snap.limit, snap.queued), (1, 1, 1));
+    assert_eq!(snap.oldest_wait, Nanos::from_millis(20));
+    assert_eq!(snap.counters.total().arrived, 2);
+}

@@ -1,0 +1,427 @@
+//! The gate's waiting room: one FIFO per priority rank, 768 of them, with a bitmap of the
+//! non-empty ones.
+//!
+//! Finding the most important waiting entry is a scan of 12 words for the first set bit, so
+//! push, pop and cancel are O(1) whatever the queue length. Entries live in a slab and each
+//! rank's FIFO is a doubly linked list through it, so that a caller that goes away can remove
+//! its entry from the middle without a search. Each entry has a deadline; a min-heap of
+//! deadlines (with lazy deletion, compacted when it holds mostly stale items) finds the expired
+//! ones without scanning.
+//!
+//! Within a rank, entries leave in arrival order (FIFO) or, under sustained overload, newest
+//! first (adaptive LIFO, as Facebook's servers do): when the queue has stood for a while, the
+//! oldest entries are the ones most likely to be past their caller's patience, and serving the
+//! newest gives the freshest requests a real chance instead of serving everyone too late.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::priority::{Priority, RANKS};
+use crate::time::{Nanos, Time};
+
+const NONE: u32 = u32::MAX;
+const WORDS: usize = RANKS.div_ceil(64);
+
+/// A handle on a queued entry. Stale handles (the entry already left) are recognised, never
+/// confused with a newer entry in the same slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ticket {
+    index: u32,
+    generation: u32,
+}
+
+impl Ticket {
+    /// A number unique among the tickets alive at the same time, for a caller's maps.
+    pub fn id(self) -> u64 {
+        u64::from(self.generation) << 32 | u64::from(self.index)
+    }
+}
+
+/// What the queue holds about one waiting request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub priority: Priority,
+    pub enqueued: Time,
+    pub deadline: Time,
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    generation: u32,
+    /// `None` while the slot is free.
+    entry: Option<Entry>,
+    prev: u32,
+    /// Next in the rank's list while occupied; next free slot while free.
+    next: u32,
+}
+
+/// Which end of a rank's FIFO to serve from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Oldest first.
+    Fifo,
+    /// Newest first.
+    Lifo,
+}
+
+/// A priority queue over the 768 ranks with per-entry deadlines.
+#[derive(Clone, Debug)]
+pub struct PriorityQueue {
+    slots: Vec<Slot>,
+    free_head: u32,
+    heads: Box<[u32; RANKS]>,
+    tails: Box<[u32; RANKS]>,
+    nonempty: [u64; WORDS],
+    deadlines: BinaryHeap<Reverse<(Time, u32, u32)>>,
+    len: usize,
+}
+
+impl Default for PriorityQueue {
+    fn default() -> PriorityQueue {
+        PriorityQueue::new()
+    }
+}
+
+impl PriorityQueue {
+    pub fn new() -> PriorityQueue {
+        PriorityQueue {
+            slots: Vec::new(),
+            free_head: NONE,
+            heads: Box::new([NONE; RANKS]),
+            tails: Box::new([NONE; RANKS]),
+            nonempty: [0; WORDS],
+            deadlines: BinaryHeap::new(),
+            len: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds an entry at the back of its rank's FIFO.
+    pub fn push(&mut self, entry: Entry) -> Ticket {
+        let index = match self.free_head {
+            NONE => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    entry: None,
+                    prev: NONE,
+                    next: NONE,
+                });
+                (self.slots.len() - 1) as u32
+            }
+            free => {
+                self.free_head = self.slots[free as usize].next;
+                free
+            }
+        };
+        let rank = entry.priority.rank() as usize;
+        let tail = self.tails[rank];
+        let slot = &mut self.slots[index as usize];
+        slot.entry = Some(entry);
+        slot.prev = tail;
+        slot.next = NONE;
+        let generation = slot.generation;
+        match tail {
+            NONE => {
+                self.heads[rank] = index;
+                self.nonempty[rank / 64] |= 1 << (rank % 64);
+            }
+            tail => self.slots[tail as usize].next = index,
+        }
+        self.tails[rank] = index;
+        self.len += 1;
+        if entry.deadline < Time::MAX {
+            self.deadlines
+                .push(Reverse((entry.deadline, index, generation)));
+            self.compact_deadlines();
+        }
+        Ticket { index, generation }
+    }
+
+    /// Removes and returns the most important entry (lowest rank), from the front of its FIFO
+    /// or, with [`Order::Lifo`], from the back.
+    pub fn pop(&mut self, order: Order) -> Option<(Ticket, Entry)> {
+        let rank = self.first_rank()?;
+        let index = match order {
+            Order::Fifo => self.heads[rank],
+            Order::Lifo => self.tails[rank],
+        };
+        self.take(index)
+    }
+
+    /// Removes and returns the least important entry, newest first: the one to give up when
+    /// the queue is full and something more important arrives.
+    pub fn pop_least_important(&mut self) -> Option<(Ticket, Entry)> {
+        let rank = self.last_rank()?;
+        self.take(self.tails[rank])
+    }
+
+    /// The most important rank waiting, if any.
+    pub fn most_important(&self) -> Option<Priority> {
+        self.first_rank()
+            .and_then(|r| Priority::from_rank(r as u16))
+    }
+
+    /// The least important rank waiting, if any.
+    pub fn least_important(&self) -> Option<Priority> {
+        self.last_rank().and_then(|r| Priority::from_rank(r as u16))
+    }
+
+    /// Removes the entry of `ticket`, if it is still queued.
+    pub fn remove(&mut self, ticket: Ticket) -> Option<Entry> {
+        let slot = self.slots.get(ticket.index as usize)?;
+        if slot.generation != ticket.generation || slot.entry.is_none() {
+            return None;
+        }
+        self.take(ticket.index).map(|(_, entry)| entry)
+    }
+
+    /// Whether `ticket`'s entry is still queued.
+    pub fn contains(&self, ticket: Ticket) -> bool {
+        self.slots
+            .get(ticket.index as usize)
+            .is_some_and(|s| s.generation == ticket.generation && s.entry.is_some())
+    }
+
+    /// Removes and returns one entry whose deadline is at or before `now`, earliest first.
+    pub fn pop_expired(&mut self, now: Time) -> Option<(Ticket, Entry)> {
+        while let Some(&Reverse((deadline, index, generation))) = self.deadlines.peek() {
+            if deadline > now {
+                return None;
+            }
+            self.deadlines.pop();
+            if self.contains(Ticket { index, generation }) {
+                return self.take(index);
+            }
+        }
+        None
+    }
+
+    /// The earliest deadline among the waiting entries.
+    pub fn earliest_deadline(&mut self) -> Option<Time> {
+        while let Some(&Reverse((deadline, index, generation))) = self.deadlines.peek() {
+            if self.contains(Ticket { index, generation }) {
+                return Some(deadline);
+            }
+            self.deadlines.pop();
+        }
+        None
+    }
+
+    /// How long the oldest waiting entry has waited. Each rank's head is its oldest entry, so
+    /// this looks at one entry per non-empty rank.
+    pub fn oldest_wait(&self, now: Time) -> Nanos {
+        let mut oldest = now;
+        for (word_index, &word) in self.nonempty.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let rank = word_index * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(entry) = &self.slots[self.heads[rank] as usize].entry {
+                    oldest = oldest.min(entry.enqueued);
+                }
+            }
+        }
+        now - oldest
+    }
+
+    fn first_rank(&self) -> Option<usize> {
+        self.nonempty
+            .iter()
+            .enumerate()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
+    }
+
+    fn last_rank(&self) -> Option<usize> {
+        self.nonempty
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| i * 64 + 63 - w.leading_zeros() as usize)
+    }
+
+    /// Unlinks the occupied slot `index` and frees it.
+    fn take(&mut self, index: u32) -> Option<(Ticket, Entry)> {
+        let slot = &mut self.slots[index as usize];
+        let entry = slot.entry.take()?;
+        let (prev, next) = (slot.prev, slot.next);
+        let ticket = Ticket {
+            index,
+            generation: slot.generation,
+        };
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.next = self.free_head;
+        slot.prev = NONE;
+        self.free_head = index;
+
+        let rank = entry.priority.rank() as usize;
+        match prev {
+            NONE => self.heads[rank] = next,
+            prev => self.slots[prev as usize].next = next,
+        }
+        match next {
+            NONE => self.tails[rank] = prev,
+            next => self.slots[next as usize].prev = prev,
+        }
+        if self.heads[rank] == NONE {
+            self.nonempty[rank / 64] &= !(1 << (rank % 64));
+        }
+        self.len -= 1;
+        Some((ticket, entry))
+    }
+
+    /// Entries that leave by `pop` or `remove` leave their deadline behind in the heap; they
+    /// are skipped when they reach the top. Rebuilding when stale items outnumber live ones
+    /// keeps the heap within twice the queue length (plus slack), whether or not deadlines
+    /// are ever polled.
+    fn compact_deadlines(&mut self) {
+        if self.deadlines.len() <= 2 * self.len + 64 {
+            return;
+        }
+        let slots = &self.slots;
+        self.deadlines.retain(|Reverse((_, index, generation))| {
+            let slot = &slots[*index as usize];
+            slot.generation == *generation && slot.entry.is_some()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(tier: u32, cohort: u32, enqueued: u64, deadline: u64) -> Entry {
+        Entry {
+            priority: Priority::new(tier, cohort).expect("valid"),
+            enqueued: Time::from_nanos(enqueued),
+            deadline: Time::from_nanos(deadline),
+        }
+    }
+
+    #[test]
+    fn pops_most_important_first_fifo_within_a_rank() {
+        let mut q = PriorityQueue::new();
+        let a = q.push(entry(3, 0, 1, 100));
+        let b = q.push(entry(1, 5, 2, 100));
+        let c = q.push(entry(1, 5, 3, 100));
+        let d = q.push(entry(5, 127, 4, 100));
+        let e = q.push(entry(0, 127, 5, 100));
+        let order: Vec<Ticket> =
+            std::iter::from_fn(|| q.pop(Order::Fifo).map(|(t, _)| t)).collect();
+        assert_eq!(order, vec![e, b, c, a, d]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn lifo_serves_newest_first_within_a_rank_but_still_by_rank() {
+        let mut q = PriorityQueue::new();
+        let a = q.push(entry(1, 0, 1, 100));
+        let b = q.push(entry(1, 0, 2, 100));
+        let c = q.push(entry(2, 0, 3, 100));
+        assert_eq!(q.pop(Order::Lifo).map(|(t, _)| t), Some(b));
+        assert_eq!(q.pop(Order::Lifo).map(|(t, _)| t), Some(a));
+        assert_eq!(q.pop(Order::Lifo).map(|(t, _)| t), Some(c));
+    }
+
+    #[test]
+    fn remove_from_the_middle_and_stale_tickets() {
+        let mut q = PriorityQueue::new();
+        let a = q.push(entry(2, 2, 1, 100));
+        let b = q.push(entry(2, 2, 2, 100));
+        let c = q.push(entry(2, 2, 3, 100));
+        assert_eq!(q.remove(b).map(|e| e.enqueued), Some(Time::from_nanos(2)));
+        assert_eq!(q.remove(b), None, "a ticket is good once");
+        let d = q.push(entry(2, 2, 4, 100)); // reuses b's slot
+        assert_ne!(b, d);
+        assert!(!q.contains(b) && q.contains(d));
+        let order: Vec<Ticket> =
+            std::iter::from_fn(|| q.pop(Order::Fifo).map(|(t, _)| t)).collect();
+        assert_eq!(order, vec![a, c, d]);
+    }
+
+    #[test]
+    fn least_important_is_the_newest_of_the_lowest_rank() {
+        let mut q = PriorityQueue::new();
+        q.push(entry(0, 0, 1, 100));
+        let low_old = q.push(entry(4, 9, 2, 100));
+        let low_new = q.push(entry(4, 9, 3, 100));
+        assert_eq!(q.least_important(), Priority::new(4, 9).ok());
+        assert_eq!(q.pop_least_important().map(|(t, _)| t), Some(low_new));
+        assert_eq!(q.pop_least_important().map(|(t, _)| t), Some(low_old));
+        assert_eq!(q.most_important(), Some(Priority::HIGHEST));
+    }
+
+    #[test]
+    fn expiry_in_deadline_order_skips_departed_entries() {
+        let mut q = PriorityQueue::new();
+        let late = q.push(entry(0, 0, 0, 50));
+        let gone = q.push(entry(5, 0, 0, 10));
+        let early = q.push(entry(3, 0, 0, 20));
+        q.remove(gone);
+        assert_eq!(q.earliest_deadline(), Some(Time::from_nanos(20)));
+        assert_eq!(q.pop_expired(Time::from_nanos(19)), None);
+        assert_eq!(
+            q.pop_expired(Time::from_nanos(60)).map(|(t, _)| t),
+            Some(early)
+        );
+        assert_eq!(
+            q.pop_expired(Time::from_nanos(60)).map(|(t, _)| t),
+            Some(late)
+        );
+        assert_eq!(q.pop_expired(Time::from_nanos(60)), None);
+        assert_eq!(q.earliest_deadline(), None);
+    }
+
+    #[test]
+    fn oldest_wait_looks_across_ranks() {
+        let mut q = PriorityQueue::new();
+        assert_eq!(q.oldest_wait(Time::from_nanos(9)), Nanos::ZERO);
+        q.push(entry(0, 0, 7, 100));
+        q.push(entry(5, 127, 3, 100));
+        q.push(entry(2, 64, 5, 100));
+        assert_eq!(q.oldest_wait(Time::from_nanos(10)), Nanos::from_nanos(7));
+    }
+
+    #[test]
+    fn deadline_heap_stays_bounded_without_polling() {
+        let mut q = PriorityQueue::new();
+        for i in 0..100_000 {
+            q.push(entry(1, 1, i, i + 1_000));
+            q.pop(Order::Fifo);
+        }
+        assert!(
+            q.deadlines.len() <= 2 * q.len() + 65,
+            "{}",
+            q.deadlines.len()
+        );
+        assert!(q.slots.len() == 1, "slots are reused");
+    }
+
+    #[test]
+    fn every_rank_works_including_word_boundaries() {
+        let mut q = PriorityQueue::new();
+        for rank in (0..RANKS as u16).rev() {
+            let p = Priority::from_rank(rank).expect("valid");
+            q.push(Entry {
+                priority: p,
+                enqueued: Time::ZERO,
+                deadline: Time::MAX,
+            });
+        }
+        for rank in 0..RANKS as u16 {
+            assert_eq!(
+                q.pop(Order::Fifo).map(|(_, e)| e.priority.rank()),
+                Some(rank)
+            );
+        }
+        assert_eq!(q.pop(Order::Fifo), None);
+    }
+}

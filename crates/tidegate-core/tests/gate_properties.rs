@@ -1,0 +1,239 @@
+//! Property tests of the gate's accounting over random sequences of operations.
+//!
+//! A model tracks the callers' side (who holds a permit, who waits with which deadline); after
+//! every operation the gate must agree with it and keep its invariants:
+//! - it admits only into a free slot: after a call that admitted anything, in flight <= limit;
+//! - after a call, the queue is empty or the service is full (nobody waits for a free slot);
+//! - no entry whose deadline has passed survives a tick, or is admitted;
+//! - every arrival is accounted for: `arrived == ended + in flight + queued`, per tier;
+//! - every queued ticket gets exactly one event, or is cancelled, never both.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use tidegate_core::gate::{Arrival, Event, Gate, Lease, Permit, QueueConfig};
+use tidegate_core::limit::{Limit, Outcome, Sample};
+use tidegate_core::queue::Ticket;
+use tidegate_core::regulator::{QueueStats, Regulator, RegulatorState, Verdict};
+use tidegate_core::rng::Rng;
+use tidegate_core::{Nanos, Priority, Time};
+
+/// A limit that jumps between 1 and 6 on every sample, to exercise shrinking below in-flight.
+#[derive(Debug)]
+struct Jumpy(Rng, u32);
+
+impl Limit for Jumpy {
+    fn limit(&self) -> u32 {
+        self.1
+    }
+    fn on_sample(&mut self, _: &Sample) {
+        self.1 = 1 + (self.0.next_u64() % 6) as u32;
+    }
+}
+
+/// Rejects a tenth of arrivals and of dequeues at random.
+#[derive(Debug)]
+struct Coin(Rng, Time);
+
+impl Regulator for Coin {
+    fn on_arrival(&mut self, _: Time, _: Priority, _: usize) -> Verdict {
+        if self.0.chance(0.1) {
+            Verdict::Reject
+        } else {
+            Verdict::Admit
+        }
+    }
+    fn on_dequeue(&mut self, _: Time, _: Nanos, _: Priority) -> Verdict {
+        if self.0.chance(0.1) {
+            Verdict::Reject
+        } else {
+            Verdict::Admit
+        }
+    }
+    fn tick(&mut self, now: Time, _: &QueueStats) {
+        self.1 = now + Nanos::from_millis(7);
+    }
+    fn next_tick(&self) -> Time {
+        self.1
+    }
+    fn state(&self) -> RegulatorState {
+        RegulatorState::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Arrive {
+        tier: u32,
+        cohort: u32,
+        timeout_ms: u64,
+    },
+    Complete {
+        which: usize,
+        outcome: u8,
+    },
+    CancelPermit {
+        which: usize,
+    },
+    Cancel {
+        which: usize,
+    },
+    Advance {
+        ms: u64,
+    },
+    /// Time passes without a tick, as when a driver's timer fires late.
+    Wait {
+        ms: u64,
+    },
+    Lease {
+        allowed: u32,
+        ttl_ms: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..6u32, 0..128u32, 1..200u64).prop_map(|(tier, cohort, timeout_ms)| Op::Arrive { tier, cohort, timeout_ms }),
+        3 => (any::<usize>(), 0..3u8).prop_map(|(which, outcome)| Op::Complete { which, outcome }),
+        1 => any::<usize>().prop_map(|which| Op::CancelPermit { which }),
+        1 => any::<usize>().prop_map(|which| Op::Cancel { which }),
+        2 => (0..60u64).prop_map(|ms| Op::Advance { ms }),
+        1 => (0..60u64).prop_map(|ms| Op::Wait { ms }),
+        1 => (0..5u32, 0..100u64).prop_map(|(allowed, ttl_ms)| Op::Lease { allowed, ttl_ms }),
+    ]
+}
+
+#[derive(Default)]
+struct Model {
+    permits: Vec<Permit>,
+    /// Queued tickets: deadline and tier.
+    waiting: HashMap<Ticket, (Time, u8)>,
+}
+
+impl Model {
+    /// Delivers the gate's events; returns whether anything was admitted.
+    fn drain(&mut self, gate: &mut Gate, now: Time) -> Result<bool, TestCaseError> {
+        let mut admitted = false;
+        while let Some(event) = gate.poll_event() {
+            let ticket = match &event {
+                Event::Admitted { ticket, .. }
+                | Event::Expired { ticket }
+                | Event::Rejected { ticket, .. } => *ticket,
+            };
+            let Some((deadline, _)) = self.waiting.remove(&ticket) else {
+                return Err(TestCaseError::fail(format!(
+                    "event for a ticket not waiting: {event:?}"
+                )));
+            };
+            if let Event::Admitted { permit, .. } = event {
+                prop_assert!(deadline > now, "admitted after its deadline");
+                self.permits.push(permit);
+                admitted = true;
+            }
+        }
+        Ok(admitted)
+    }
+
+    fn check(&self, gate: &Gate, admitted: bool) -> Result<(), TestCaseError> {
+        prop_assert_eq!(gate.inflight() as usize, self.permits.len());
+        prop_assert_eq!(gate.queued(), self.waiting.len());
+        if admitted {
+            prop_assert!(
+                gate.inflight() <= gate.limit(),
+                "{} in flight over limit {}",
+                gate.inflight(),
+                gate.limit()
+            );
+        }
+        prop_assert!(
+            gate.queued() == 0 || gate.inflight() >= gate.limit(),
+            "waiting while a slot is free"
+        );
+        for (tier, counters) in gate.counters().tiers.iter().enumerate() {
+            let inflight = self
+                .permits
+                .iter()
+                .filter(|p| p.priority().tier() as usize == tier)
+                .count() as u64;
+            let queued = self
+                .waiting
+                .values()
+                .filter(|(_, t)| *t as usize == tier)
+                .count() as u64;
+            prop_assert_eq!(
+                counters.arrived,
+                counters.ended() + inflight + queued,
+                "tier {}: {:?}",
+                tier,
+                counters
+            );
+            prop_assert_eq!(counters.inflight(), inflight);
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gate_accounting_holds(seed in any::<u64>(), capacity in 0..8usize, lifo in any::<bool>(), ops in prop::collection::vec(op(), 1..300)) {
+        let queue = QueueConfig {
+            capacity,
+            timeout: Nanos::from_millis(80),
+            lifo_after: lifo.then_some(Nanos::from_millis(20)),
+        };
+        let mut gate = Gate::new(Box::new(Jumpy(Rng::seed(seed), 3)), Box::new(Coin(Rng::seed(!seed), Time::ZERO)), queue);
+        let mut model = Model::default();
+        let mut now = Time::ZERO;
+        for op in ops {
+            match op {
+                Op::Arrive { tier, cohort, timeout_ms } => {
+                    let priority = Priority::new(tier, cohort).expect("in range");
+                    match gate.arrive_with_timeout(now, priority, Nanos::from_millis(timeout_ms)) {
+                        Arrival::Admitted(permit) => {
+                            model.permits.push(permit);
+                            prop_assert!(gate.inflight() <= gate.limit());
+                        }
+                        Arrival::Queued(ticket) => {
+                            model.waiting.insert(ticket, (now + Nanos::from_millis(timeout_ms), tier as u8));
+                        }
+                        Arrival::Rejected(_) => {}
+                    }
+                }
+                Op::Complete { which, outcome } if !model.permits.is_empty() => {
+                    let permit = model.permits.swap_remove(which % model.permits.len());
+                    let outcome = [Outcome::Success, Outcome::Dropped, Outcome::Ignored][outcome as usize];
+                    gate.complete(now, permit, outcome);
+                }
+                Op::CancelPermit { which } if !model.permits.is_empty() => {
+                    let permit = model.permits.swap_remove(which % model.permits.len());
+                    gate.cancel_permit(now, permit);
+                }
+                Op::Cancel { which } if !model.waiting.is_empty() => {
+                    let mut tickets: Vec<Ticket> = model.waiting.keys().copied().collect();
+                    tickets.sort_by_key(|t| t.id());
+                    let ticket = tickets[which % tickets.len()];
+                    prop_assert!(gate.cancel(now, ticket));
+                    model.waiting.remove(&ticket);
+                }
+                Op::Advance { ms } => {
+                    now += Nanos::from_millis(ms);
+                    gate.tick(now);
+                }
+                Op::Wait { ms } => now += Nanos::from_millis(ms),
+                Op::Lease { allowed, ttl_ms } => {
+                    gate.set_lease(now, Lease { allowed, expires: now + Nanos::from_millis(ttl_ms) });
+                }
+                Op::Complete { .. } | Op::CancelPermit { .. } | Op::Cancel { .. } => {}
+            }
+            let admitted = model.drain(&mut gate, now)?;
+            model.check(&gate, admitted)?;
+            if matches!(op, Op::Advance { .. }) {
+                for (deadline, _) in model.waiting.values() {
+                    prop_assert!(*deadline > now, "an entry past its deadline survived a tick");
+                }
+            }
+        }
+    }
+}
