@@ -6,7 +6,7 @@ use clap::Parser;
 /// much the service can do in parallel, queues a little, and turns the rest away early, lowest
 /// priority first.
 #[derive(Debug, Parser)]
-#[command(name = "tidegate", version, about, long_about = None)]
+#[command(name = "tidegate", version)]
 struct Cli {}
 
 fn main() {

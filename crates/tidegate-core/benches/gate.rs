@@ -1,0 +1,74 @@
+//! The hot path: what a request pays to pass the gate.
+//!
+//! `cargo bench -p tidegate-core --bench gate`; figures in `docs/performance.md`.
+
+#![allow(clippy::expect_used, reason = "benchmark set-up on constant inputs")]
+
+use std::hint::black_box;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use tidegate_core::gate::{Arrival, Gate, QueueConfig};
+use tidegate_core::limit::{Fixed, FixedConfig, Outcome};
+use tidegate_core::queue::{Entry, Order, PriorityQueue};
+use tidegate_core::regulator::Off;
+use tidegate_core::{Nanos, Priority, Time};
+
+fn arrive_complete(c: &mut Criterion) {
+    let mut group = c.benchmark_group("gate");
+    let mut gate = Gate::new(
+        Box::new(Fixed::new(&FixedConfig { limit: 1000 })),
+        Box::new(Off),
+        QueueConfig::default(),
+    );
+    let priority = Priority::new(1, 17).expect("valid");
+    let mut now = Time::ZERO;
+    group.bench_function("arrive+complete/fixed+off", |b| {
+        b.iter(|| {
+            now += Nanos::from_micros(1);
+            if let Arrival::Admitted(permit) = gate.arrive(now, black_box(priority)) {
+                gate.complete(now + Nanos::from_micros(100), permit, Outcome::Success);
+            }
+        })
+    });
+    group.finish();
+}
+
+fn queue_push_pop(c: &mut Criterion) {
+    let mut group = c.benchmark_group("queue");
+    // A queue holding 1,000 entries spread over all ranks; each iteration adds one and takes
+    // the most important, the steady state of an overloaded gate.
+    let mut queue = PriorityQueue::new();
+    let entry = |i: u64| Entry {
+        priority: Priority::from_rank((i * 7919 % 768) as u16).expect("in range"),
+        enqueued: Time::from_nanos(i),
+        deadline: Time::from_nanos(i + 1_000_000_000),
+    };
+    for i in 0..1_000 {
+        queue.push(entry(i));
+    }
+    let mut i = 1_000;
+    group.bench_function("push+pop/1000-deep", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(queue.push(entry(i)));
+            black_box(queue.pop(Order::Fifo));
+        })
+    });
+    group.bench_function("push+cancel/1000-deep", |b| {
+        b.iter_batched(
+            || {
+                i += 1;
+                entry(i)
+            },
+            |e| {
+                let ticket = queue.push(e);
+                black_box(queue.remove(ticket));
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, arrive_complete, queue_push_pop);
+criterion_main!(benches);
