@@ -5,12 +5,14 @@
 //! reads a clock: a sample carries its own time. Each algorithm lives in its own file, with its
 //! source and its defaults in its doc comment; `docs/algorithms.md` compares them.
 
+mod aimd;
 mod fixed;
 #[cfg(test)]
 pub(crate) mod testkit;
 
 use std::fmt;
 
+pub use aimd::{Aimd, AimdConfig};
 pub use fixed::{Fixed, FixedConfig};
 
 use crate::time::{Nanos, Time};
