@@ -9,11 +9,13 @@ mod aimd;
 mod fixed;
 #[cfg(test)]
 pub(crate) mod testkit;
+mod vegas;
 
 use std::fmt;
 
 pub use aimd::{Aimd, AimdConfig};
 pub use fixed::{Fixed, FixedConfig};
+pub use vegas::{Vegas, VegasConfig};
 
 use crate::time::{Nanos, Time};
 
