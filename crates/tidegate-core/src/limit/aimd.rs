@@ -50,8 +50,14 @@ impl Default for AimdConfig {
 /// - **Increase only when in use** (`inflight * 2 >= limit`): a limit that is not reached says
 ///   nothing about capacity, and growing it anyway would let it run away during quiet hours
 ///   and admit a flood at once when traffic returns.
-/// - **Back off on every drop**: a drop is the one signal AIMD trusts. Each drop multiplies
-///   the limit by 0.9, so a burst of drops cuts deep; the floor `min_limit` bounds the cut.
+/// - **Back off on a drop, once per window**: a drop is the one signal AIMD trusts.
+///   concurrency-limits multiplies by 0.9 on *every* drop, so one overloaded window of 200
+///   requests cuts the limit by 0.9^200, to the floor (on Kanaloa's service with a 150 ms
+///   threshold and no floor: swings between 1 and ~55, ~105 rps of 200). tidegate backs off
+///   once per window, as TCP does once per round trip: a drop from a request admitted before
+///   the last backoff was caused by the limit already cut (sawtooth ~27-56, ~177 rps).
+/// - **An answer at the timeout is a drop** (`rtt >= timeout`, not `>`): a client that gives
+///   up at exactly the timeout pins the rtt there, and `>` would read that as success.
 ///
 /// Where it settles: where answers start to exceed `timeout` (or the service starts to
 /// refuse), not at the service's best concurrency. On a service that slows down smoothly and

@@ -7,6 +7,7 @@
 
 mod aimd;
 mod fixed;
+mod gradient2;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod vegas;
@@ -15,6 +16,7 @@ use std::fmt;
 
 pub use aimd::{Aimd, AimdConfig};
 pub use fixed::{Fixed, FixedConfig};
+pub use gradient2::{Gradient2, Gradient2Config};
 pub use vegas::{Vegas, VegasConfig};
 
 use crate::time::{Nanos, Time};

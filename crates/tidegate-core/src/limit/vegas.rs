@@ -107,6 +107,12 @@ struct Drain {
 /// - **A drop is not a latency measurement.** concurrency-limits takes a dropped request's
 ///   rtt as a candidate `rtt_noload`; a refusal that comes back in 0 ms then sets the baseline
 ///   to ~0 and every later answer looks like a full queue. Here a drop only shrinks the limit.
+/// - **Grow at most once per window.** concurrency-limits applies every rule on every
+///   sample; an answer admitted before the last growth measured the smaller limit, and
+///   growing again on it (by `beta` at once) overshoots, then the queue rule undershoots:
+///   on Kanaloa's service the limit swung between 4 and 46 and goodput fell to ~160 rps.
+///   Growing only on answers admitted after the last growth (TCP Vegas adjusts once per
+///   round trip) keeps it near 21 with ~175 rps. Shrinking still reacts to every answer.
 /// - **A timeout is a drop**: see `timeout`.
 ///
 /// The probe's jitter is a hash of the sample's time, so it is reproducible and differs
