@@ -55,7 +55,7 @@ impl Default for AimdConfig {
 ///   requests cuts the limit by 0.9^200, to the floor (on Kanaloa's service with a 150 ms
 ///   threshold and no floor: swings between 1 and ~55, ~105 rps of 200). tidegate backs off
 ///   once per window, as TCP does once per round trip: a drop from a request admitted before
-///   the last backoff was caused by the limit already cut (sawtooth ~27-56, ~177 rps).
+///   the last backoff was caused by the limit already cut (sawtooth ~20-56, ~177 rps).
 /// - **An answer at the timeout is a drop** (`rtt >= timeout`, not `>`): a client that gives
 ///   up at exactly the timeout pins the rtt there, and `>` would read that as success.
 ///
