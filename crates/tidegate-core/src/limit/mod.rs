@@ -5,13 +5,19 @@
 //! reads a clock: a sample carries its own time. Each algorithm lives in its own file, with its
 //! source and its defaults in its doc comment; `docs/algorithms.md` compares them.
 
+mod aimd;
 mod fixed;
+mod gradient2;
 #[cfg(test)]
 pub(crate) mod testkit;
+mod vegas;
 
 use std::fmt;
 
+pub use aimd::{Aimd, AimdConfig};
 pub use fixed::{Fixed, FixedConfig};
+pub use gradient2::{Gradient2, Gradient2Config};
+pub use vegas::{Vegas, VegasConfig};
 
 use crate::time::{Nanos, Time};
 
