@@ -6,12 +6,14 @@
 //! source and its defaults in its doc comment; `docs/algorithms.md` compares them.
 
 mod fixed;
+mod hill_climb;
 #[cfg(test)]
 pub(crate) mod testkit;
 
 use std::fmt;
 
 pub use fixed::{Fixed, FixedConfig};
+pub use hill_climb::{HillClimb, HillClimbConfig};
 
 use crate::time::{Nanos, Time};
 
