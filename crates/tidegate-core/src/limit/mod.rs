@@ -5,6 +5,7 @@
 //! reads a clock: a sample carries its own time. Each algorithm lives in its own file, with its
 //! source and its defaults in its doc comment; `docs/algorithms.md` compares them.
 
+mod autotune;
 mod fixed;
 mod hill_climb;
 #[cfg(test)]
@@ -12,6 +13,7 @@ pub(crate) mod testkit;
 
 use std::fmt;
 
+pub use autotune::{Autotune, AutotuneConfig};
 pub use fixed::{Fixed, FixedConfig};
 pub use hill_climb::{HillClimb, HillClimbConfig};
 
