@@ -126,6 +126,15 @@ enum Move {
 ///
 /// At the knee the rule mostly holds, so neither fires.
 ///
+/// **Probes.** If inflight spread less than 15% over the 10 windows (the limit held steady),
+/// the covariance cannot tell anything, and a baseline measured under load would never be
+/// questioned (started at 60 on the synthetic service, the limit held at 50 for good). So the
+/// next window runs at `limit x 0.75`, as BBR's ProbeRTT drains its queue to re-measure the
+/// minimum rtt: the baseline sees a lighter load and the next check has a spread. The limit is
+/// then restored, unless the probe window itself asked for less. The window after any
+/// deliberate change is not measured, and smoothing restarts after it. Cost at the knee: one
+/// window in about twelve at 3/4 of the limit.
+///
 /// Defaults: initial 20, range 1..=1000 (Cinnamon is zero-configuration and started at ~240 in
 /// its experiment; 20 is the convention of the other limits here), and the values above, chosen
 /// on the synthetic service of `limit::testkit` and documented in `docs/algorithms/autotune.md`.

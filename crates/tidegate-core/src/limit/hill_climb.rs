@@ -126,17 +126,26 @@ struct Score {
 ///   `0.8 x (throughput gain) + 0.2 x (latency gain)`, both relative, and move *half way*
 ///   towards it (rounded away from zero). No data nearby: stay.
 ///
-/// After a resize the first round trip (the last window's mean rtt, at most half an interval)
-/// is not measured: those completions still belong to the previous size.
+/// Additions, each for a failure seen on the synthetic service (see the tests):
+/// - after a resize, one round trip (the last window's mean rtt) is not measured, and a window
+///   spans at least `limit` samples: those completions still belong to the previous size;
+/// - when the current size measures more than 30% away from its memory, the service has
+///   changed (capacity halved, deploy): all scores are forgotten, else stale scores hold the
+///   walk where the old optimum was;
+/// - a full window without a single success steps down by 5: all sizes there score zero, so
+///   there is no gradient (e.g. every request timing out).
 ///
 /// Departures from Kanaloa, each for a stated reason: Kanaloa counted failures as work done
 /// (so fast failures looked like throughput) and could never step down by one (it rounded
-/// `-0.5` up to `0`); it compared the nearest *logged* sizes rather than a distance; and it
-/// had no window floor. Its 72-hour under-utilization downsizing is left out: tidegate's limit
-/// only matters when the pool is full.
+/// `-0.5` up to `0`); it compared the nearest *logged* sizes rather than a distance; its
+/// exploration went down only 30% of the time (a full pool might want more workers; under
+/// overload the pool is always full and that bias kept it from coming down from 200). Its
+/// 72-hour under-utilization downsizing is left out: tidegate's limit only matters when the
+/// pool is full. A `timeout`, when known, turns pinned "successes" into failures.
 ///
-/// Defaults are Kanaloa's (`reference.conf`), except the exploration ratio 0.3 and the range
-/// ratio 0.4 chosen in tidegate's DESIGN.md, and a range of 1..=400 starting at 30.
+/// Defaults are Kanaloa's (`reference.conf`: start 30, range 1..=400, resize every 1 s, step
+/// 5, latency weight 0.2, newest-window weight 0.2, minimum range 6), except the exploration
+/// ratio 0.3 and range ratio 0.4 from tidegate's DESIGN.md and the unbiased direction.
 #[derive(Clone, Debug)]
 pub struct HillClimb {
     config: HillClimbConfig,
