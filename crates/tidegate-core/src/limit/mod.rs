@@ -6,8 +6,10 @@
 //! source and its defaults in its doc comment; `docs/algorithms.md` compares them.
 
 mod aimd;
+mod autotune;
 mod fixed;
 mod gradient2;
+mod hill_climb;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod vegas;
@@ -15,8 +17,10 @@ mod vegas;
 use std::fmt;
 
 pub use aimd::{Aimd, AimdConfig};
+pub use autotune::{Autotune, AutotuneConfig};
 pub use fixed::{Fixed, FixedConfig};
 pub use gradient2::{Gradient2, Gradient2Config};
+pub use hill_climb::{HillClimb, HillClimbConfig};
 pub use vegas::{Vegas, VegasConfig};
 
 use crate::time::{Nanos, Time};

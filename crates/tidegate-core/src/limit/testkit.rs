@@ -31,6 +31,8 @@ pub(crate) struct Service {
     pub(crate) schedule: Vec<(Time, u32)>,
     /// Random jitter: each rtt is multiplied by a uniform factor in `1 ± jitter`.
     pub(crate) jitter: f64,
+    /// `(from, base)`: from that time on, the latency at or below the optimum is this.
+    pub(crate) base_schedule: Vec<(Time, Nanos)>,
 }
 
 impl Service {
@@ -44,7 +46,34 @@ impl Service {
             timeouts_look_like_success: false,
             schedule: Vec::new(),
             jitter: 0.05,
+            base_schedule: Vec::new(),
         }
+    }
+
+    /// The same service whose base latency moves linearly, in 1 s steps, from `base` at `from`
+    /// to `base x factor` at `to`, and stays there: a slow drift, or a warm-up when `factor < 1`.
+    pub(crate) fn with_base_ramp(mut self, from: Nanos, to: Nanos, factor: f64) -> Service {
+        let steps = (to - from).as_nanos() / 1_000_000_000;
+        self.base_schedule = (0..=steps)
+            .map(|i| {
+                let progress = if steps == 0 {
+                    1.0
+                } else {
+                    i as f64 / steps as f64
+                };
+                let at = Time::ZERO + from + Nanos::from_secs(i);
+                (at, self.base.mul_f64(1.0 + (factor - 1.0) * progress))
+            })
+            .collect();
+        self
+    }
+
+    pub(crate) fn base_at(&self, now: Time) -> Nanos {
+        self.base_schedule
+            .iter()
+            .rev()
+            .find(|(from, _)| *from <= now)
+            .map_or(self.base, |&(_, base)| base)
     }
 
     /// The same service whose capacity halves from `at` until `until`, then recovers.
@@ -69,7 +98,7 @@ impl Service {
             .max(1.0)
             .powf(self.contention);
         let jitter = 1.0 + self.jitter * (2.0 * rng.next_f64() - 1.0);
-        self.base.mul_f64(slowdown * jitter)
+        self.base_at(now).mul_f64(slowdown * jitter)
     }
 }
 
@@ -288,6 +317,18 @@ mod tests {
         let trace = run(&mut fixed(20), &service, Load::Saturating, secs(30));
         assert!(trace.mean_rtt(secs(12), secs(20)) > Nanos::from_millis(200));
         assert!(trace.mean_rtt(secs(22), secs(30)) < Nanos::from_millis(110));
+    }
+
+    #[test]
+    fn base_ramp_moves_the_latency_linearly() {
+        let secs = Nanos::from_secs;
+        let service = Service::kanaloa().with_base_ramp(secs(10), secs(20), 2.0);
+        assert_eq!(service.base_at(Time::ZERO), Nanos::from_millis(100));
+        let at = |s| service.base_at(Time::ZERO + secs(s));
+        assert_eq!(at(15), Nanos::from_millis(150));
+        assert_eq!(at(60), Nanos::from_millis(200));
+        let trace = run(&mut fixed(20), &service, Load::Saturating, secs(40));
+        assert!(trace.mean_rtt(secs(25), secs(40)) > Nanos::from_millis(190));
     }
 
     #[test]

@@ -1,0 +1,784 @@
+//! A latency-driven limit that checks its own premise: Cinnamon's auto-tuner.
+//!
+//! Vegas-style limits compare the current latency with a no-load baseline and read the excess
+//! as a queue. They are fast and need no exploration, but everything rests on the baseline:
+//! measured under load (cold start, approach from above) or after it drifted, it is too high
+//! and the limit sits far above the service's knee; when the service genuinely got slower, a
+//! baseline that only ever goes down is too low and the limit shrinks to nothing. Uber's
+//! Cinnamon keeps the Vegas core but arbitrates with a second, model-free signal: whether
+//! more concurrency still buys more throughput (the covariance of inflight and throughput).
+//! This module is tidegate's reading of that design.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Limit, Outcome, Sample};
+use crate::time::{Nanos, Time};
+
+/// Windows per covariance check (about 5 s at the default 500 ms window).
+const RING: usize = 10;
+
+/// Configuration of [`Autotune`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AutotuneConfig {
+    /// Limit before any measurement, in requests. Default 20.
+    pub initial: u32,
+    /// Smallest limit, in requests (at least 1). Default 1.
+    pub min: u32,
+    /// Largest limit, in requests. Default 1000.
+    pub max: u32,
+    /// Length of a measurement window: the limit moves at most once per window. Default
+    /// 500 ms.
+    pub window: Nanos,
+    /// A window closes only once it holds at least this many samples, even if `window` has
+    /// passed, so that quiet services are not judged on a handful of requests. Default 10.
+    pub min_window_samples: u32,
+    /// Weight of the newest window's mean rtt in the smoothed rtt, in `(0, 1]`. Default 0.5.
+    pub smoothing: f64,
+    /// Latency tolerance: the smoothed rtt may exceed the baseline by `tolerance / sqrt(limit)`
+    /// (a fraction) before the limit shrinks; below half that it grows. Default 1.5: 34% at
+    /// 20, 11% at 200, 150% at 1.
+    pub tolerance: f64,
+    /// Multiplicative decrease after a window whose drop fraction exceeds `drop_tolerance`.
+    /// Default 0.9.
+    pub backoff: f64,
+    /// Fraction of a window's samples that may be drops without a backoff. Default 0.05.
+    pub drop_tolerance: f64,
+    /// Below this elasticity of throughput to inflight, concurrency buys nothing. Default 0.2.
+    pub low_elasticity: f64,
+    /// Above this elasticity, concurrency still buys throughput almost proportionally.
+    /// Default 0.6.
+    pub high_elasticity: f64,
+    /// Factor applied to the limit when the baseline is found to have drifted up. Default 0.5.
+    pub reset_factor: f64,
+    /// Factor of a probe: when the limit held too steady for the covariance to tell anything,
+    /// one window runs at `limit x probe_factor`, then the limit is restored. Default 0.75.
+    pub probe_factor: f64,
+    /// Client timeout, if known: a `Success` whose rtt is at or beyond it is counted as a
+    /// drop (a timeout that looks like a success). Default none.
+    pub timeout: Option<Nanos>,
+}
+
+impl Default for AutotuneConfig {
+    fn default() -> AutotuneConfig {
+        AutotuneConfig {
+            initial: 20,
+            min: 1,
+            max: 1000,
+            window: Nanos::from_millis(500),
+            min_window_samples: 10,
+            smoothing: 0.5,
+            tolerance: 1.5,
+            backoff: 0.9,
+            drop_tolerance: 0.05,
+            low_elasticity: 0.2,
+            high_elasticity: 0.6,
+            reset_factor: 0.5,
+            probe_factor: 0.75,
+            timeout: None,
+        }
+    }
+}
+
+/// What the latency rule did in a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Move {
+    Grow,
+    Hold,
+    Shrink,
+}
+
+/// Cinnamon's auto-tuner (Uber engineering blog, "Cinnamon: Using Century Old Tech to Build a
+/// Mean Load Shedder", 2023: "a heavily modified version of TCP Vegas" with smoothed timings,
+/// a tolerance that grows as the limit shrinks, and resets guided by the covariance of
+/// inflight and throughput). The detail post was not available; this is tidegate's design
+/// from that description, stated precisely:
+///
+/// **Windows.** Samples are grouped in windows of 500 ms (and at least 10 samples). Per window:
+/// mean rtt of successes `r` (rtt at or beyond the known timeout counts as a drop), throughput
+/// `x` (successes per second), mean inflight at admission `q`, largest inflight, drops. A drop's
+/// rtt is never a latency measurement.
+///
+/// **Latency rule (modified Vegas).** `srtt` = EWMA of `r` (weight 0.5); `base` = lowest `srtt`
+/// since the last reset. With `ratio = srtt / base - 1` and `tol = 1.5 / sqrt(limit)`:
+/// - drops above 5% of the window: `limit x 0.9`;
+/// - `ratio > tol`: shrink to `limit x (1 + tol) / (1 + ratio)` (what the tolerance would allow
+///   if latency is proportional to concurrency), at most halving;
+/// - `ratio < tol / 2` and the limit is in use (largest inflight >= limit / 2): grow by
+///   `max(1, log10(limit))`;
+/// - otherwise hold.
+///
+/// `tol` grows as `1/sqrt(limit)`: a mean over fewer concurrent requests is noisier, and at small
+/// limits one more request is a large relative change, so the rule tolerates more there and
+/// does not walk down to 1 on jitter. After a shrink the next window is a mix of both limits:
+/// it is not measured.
+///
+/// **Covariance arbitration.** Every 10 windows, the slope of `ln x` on `ln q` (the
+/// elasticity: `cov / var`, about 1 below the knee, 0 on a plateau, negative with contention)
+/// is computed if `q` spread by at least 15%. It only arbitrates when the latency rule pushed
+/// one way in most of those windows:
+/// - mostly *grow* but elasticity < 0.2: more concurrency buys nothing although latency says
+///   there is no queue, so the baseline is too high (measured under load, or drifted up):
+///   **reset**: `limit x 0.5`, forget `base` and `srtt`, re-learn them at the lower limit;
+/// - mostly *shrink* but elasticity > 0.6: less concurrency costs throughput proportionally
+///   although latency says there is a queue, so the service got slower, not busier, and the
+///   baseline is stale: **re-anchor** `base = srtt`.
+///
+/// At the knee the rule mostly holds, so neither fires.
+///
+/// **Probes.** If inflight spread less than 15% over the 10 windows (the limit held steady),
+/// the covariance cannot tell anything, and a baseline measured under load would never be
+/// questioned (started at 60 on the synthetic service, the limit held at 50 for good). So the
+/// next window runs at `limit x 0.75`, as BBR's ProbeRTT drains its queue to re-measure the
+/// minimum rtt: the baseline sees a lighter load and the next check has a spread. The limit is
+/// then restored, unless the probe window itself asked for less. The window after any
+/// deliberate change is not measured, and smoothing restarts after it. Cost at the knee: one
+/// window in about twelve at 3/4 of the limit.
+///
+/// Defaults: initial 20, range 1..=1000 (Cinnamon is zero-configuration and started at ~240 in
+/// its experiment; 20 is the convention of the other limits here), and the values above, chosen
+/// on the synthetic service of `limit::testkit` and documented in `docs/algorithms/autotune.md`.
+#[derive(Clone, Debug)]
+pub struct Autotune {
+    config: AutotuneConfig,
+    min: f64,
+    max: f64,
+    limit: f64,
+    srtt: Option<f64>,
+    base: Option<f64>,
+    /// The next window is not measured (it mixes two limits), and the one after restarts the
+    /// smoothing.
+    settling: bool,
+    /// The last window was skipped: the next measurement starts `srtt` afresh.
+    fresh: bool,
+    /// While probing: the limit to restore after the probe window.
+    probe: Option<f64>,
+    started: bool,
+    window_start: Time,
+    samples: u32,
+    successes: u32,
+    drops: u32,
+    success_rtt: Nanos,
+    inflight_sum: u64,
+    inflight_max: u32,
+    /// `(ln q, ln x, move)` of the windows since the last check.
+    ring: [(f64, f64, Move); RING],
+    filled: usize,
+}
+
+impl Autotune {
+    pub fn new(config: &AutotuneConfig) -> Autotune {
+        let min = config.min.max(1);
+        let max = config.max.max(min);
+        Autotune {
+            config: config.clone(),
+            min: f64::from(min),
+            max: f64::from(max),
+            limit: f64::from(config.initial.clamp(min, max)),
+            srtt: None,
+            base: None,
+            settling: false,
+            fresh: false,
+            probe: None,
+            started: false,
+            window_start: Time::ZERO,
+            samples: 0,
+            successes: 0,
+            drops: 0,
+            success_rtt: Nanos::ZERO,
+            inflight_sum: 0,
+            inflight_max: 0,
+            ring: [(0.0, 0.0, Move::Hold); RING],
+            filled: 0,
+        }
+    }
+
+    /// Latency increase tolerated at the current limit, as a fraction of the baseline.
+    fn tolerance(&self) -> f64 {
+        self.config.tolerance.max(0.0) / self.limit.sqrt()
+    }
+
+    fn open_window(&mut self, now: Time) {
+        self.window_start = now;
+        self.samples = 0;
+        self.successes = 0;
+        self.drops = 0;
+        self.success_rtt = Nanos::ZERO;
+        self.inflight_sum = 0;
+        self.inflight_max = 0;
+    }
+
+    /// The latency rule, on one closed window; returns what it did.
+    fn latency_rule(&mut self, rtt: Option<f64>) -> Move {
+        // The successes' latency is learnt even in a window with drops.
+        if let Some(rtt) = rtt {
+            let w = self.config.smoothing.clamp(f64::MIN_POSITIVE, 1.0);
+            let srtt = match self.srtt {
+                Some(s) if !self.fresh => s + w * (rtt - s),
+                _ => rtt,
+            };
+            self.srtt = Some(srtt);
+            self.base = Some(self.base.map_or(srtt, |b| b.min(srtt)));
+        }
+        let drop_fraction = f64::from(self.drops) / f64::from(self.samples.max(1));
+        if drop_fraction > self.config.drop_tolerance {
+            self.limit *= self.config.backoff.clamp(0.0, 1.0);
+            self.settling = true;
+            return Move::Shrink;
+        }
+        let (Some(srtt), Some(base), Some(_)) = (self.srtt, self.base, rtt) else {
+            return Move::Hold;
+        };
+        let ratio = srtt / base - 1.0;
+        let tol = self.tolerance();
+        if ratio > tol {
+            self.limit = (self.limit * (1.0 + tol) / (1.0 + ratio)).max(self.limit * 0.5);
+            self.settling = true;
+            Move::Shrink
+        } else if ratio < tol / 2.0 && f64::from(self.inflight_max) * 2.0 >= self.limit {
+            self.limit += self.limit.log10().max(1.0);
+            Move::Grow
+        } else {
+            Move::Hold
+        }
+    }
+
+    /// Elasticity of throughput to inflight over the ring, if inflight varied enough to tell.
+    fn elasticity(&self) -> Option<f64> {
+        let points = &self.ring[..self.filled];
+        let n = points.len() as f64;
+        let (lo, hi) = points.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+            (lo.min(p.0), hi.max(p.0))
+        });
+        if points.len() < 3 || hi - lo < 1.15f64.ln() {
+            return None;
+        }
+        let mq = points.iter().map(|p| p.0).sum::<f64>() / n;
+        let mx = points.iter().map(|p| p.1).sum::<f64>() / n;
+        let cov = points.iter().map(|p| (p.0 - mq) * (p.1 - mx)).sum::<f64>();
+        let var = points.iter().map(|p| (p.0 - mq) * (p.0 - mq)).sum::<f64>();
+        Some(cov / var)
+    }
+
+    /// The covariance arbitration, once the ring is full.
+    fn arbitrate(&mut self) {
+        let moves = |m: Move| self.ring.iter().filter(|p| p.2 == m).count();
+        let (grew, shrank) = (moves(Move::Grow), moves(Move::Shrink));
+        match self.elasticity() {
+            Some(e) if grew * 2 > RING && e < self.config.low_elasticity => {
+                self.limit *= self.config.reset_factor.clamp(0.0, 1.0);
+                self.base = None;
+                self.srtt = None;
+                self.settling = true;
+            }
+            Some(e) if shrank * 2 > RING && e > self.config.high_elasticity => {
+                self.base = self.srtt;
+            }
+            Some(_) => {}
+            None => {
+                // Too steady to tell: dip for one window, as BBR's ProbeRTT does, so that the
+                // baseline sees a lighter load and the next check has a spread to judge.
+                self.probe = Some(self.limit);
+                self.limit *= self.config.probe_factor.clamp(0.0, 1.0);
+                self.settling = true;
+            }
+        }
+        self.filled = 0;
+    }
+
+    /// Closes the current window at `now`.
+    fn close_window(&mut self, now: Time) {
+        let elapsed = now.saturating_since(self.window_start).as_secs_f64();
+        let settling = std::mem::take(&mut self.settling);
+        let fresh = std::mem::replace(&mut self.fresh, settling);
+        if !settling && elapsed > 0.0 {
+            self.fresh = fresh;
+            let rtt = (self.successes > 0)
+                .then(|| self.success_rtt.as_secs_f64() / f64::from(self.successes));
+            let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
+            let throughput = f64::from(self.successes) / elapsed;
+            let moved = self.latency_rule(rtt);
+            self.fresh = false;
+            if let Some(restore) = self.probe.take() {
+                // The probe is over; keep its outcome only if latency asked for even less.
+                if moved != Move::Shrink {
+                    self.limit = restore;
+                    self.settling = true;
+                }
+            }
+            if inflight > 0.0 && throughput > 0.0 {
+                self.ring[self.filled] = (inflight.ln(), throughput.ln(), moved);
+                self.filled += 1;
+                if self.filled == RING {
+                    self.arbitrate();
+                }
+            }
+            self.limit = self.limit.clamp(self.min, self.max);
+        }
+        self.open_window(now);
+    }
+}
+
+impl Limit for Autotune {
+    fn limit(&self) -> u32 {
+        // In [min, max] and at least 1 by construction; `as` saturates.
+        self.limit.round() as u32
+    }
+
+    fn on_sample(&mut self, sample: &Sample) {
+        if sample.outcome == Outcome::Ignored {
+            return;
+        }
+        if !self.started {
+            self.started = true;
+            self.open_window(sample.now);
+        }
+        self.samples += 1;
+        self.inflight_sum += u64::from(sample.inflight);
+        self.inflight_max = self.inflight_max.max(sample.inflight);
+        let timed_out = self
+            .config
+            .timeout
+            .is_some_and(|timeout| sample.rtt >= timeout);
+        if sample.outcome == Outcome::Success && !timed_out {
+            self.successes += 1;
+            self.success_rtt += sample.rtt;
+        } else {
+            self.drops += 1;
+        }
+        let due = sample.now >= self.window_start + self.config.window;
+        if due && self.samples >= self.config.min_window_samples {
+            self.close_window(sample.now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::testkit::{Load, Service, run};
+
+    fn secs(s: u64) -> Nanos {
+        Nanos::from_secs(s)
+    }
+
+    fn config(initial: u32) -> AutotuneConfig {
+        AutotuneConfig {
+            initial,
+            ..AutotuneConfig::default()
+        }
+    }
+
+    /// Feeds `n` samples evenly over the next 500 ms after `start`, all at `rtt`, admitted
+    /// at the current limit: exactly one window. Returns the time of the last one.
+    fn window(a: &mut Autotune, start: Time, n: u32, rtt: Nanos, outcome: Outcome) -> Time {
+        let mut now = start;
+        for i in 1..=n {
+            now = start + Nanos::from_millis(500 * u64::from(i) / u64::from(n));
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: a.limit(),
+                outcome,
+            });
+        }
+        now
+    }
+
+    #[test]
+    fn settles_just_past_the_knee_within_seconds() {
+        // Latency is flat up to 20 in flight, then grows as (n/20)^1.2: the rule stops where
+        // the excess reaches half to all of 1.5/sqrt(limit), about 24 (rtt ~125 ms). The
+        // dips to 18 are the probes (one window in ten, at 0.75x).
+        let mut a = Autotune::new(&config(20));
+        let trace = run(&mut a, &Service::kanaloa(), Load::Saturating, secs(120));
+        let settled = trace
+            .settled_within(Nanos::ZERO, 22.0, 0.25)
+            .expect("stays within 17..=27");
+        assert!(settled < secs(10), "{settled:?}");
+        let mean = trace.mean_limit(secs(30), secs(120));
+        assert!((21.0..26.0).contains(&mean), "{mean}");
+        let goodput = trace.goodput(secs(30), secs(120));
+        assert!(goodput > 180.0, "{goodput}");
+    }
+
+    #[test]
+    fn from_kanaloas_cap_of_60_it_probes_its_way_down() {
+        // Started at 60 the first baseline is measured under load (373 ms): latency looks
+        // fine and the limit holds. Each probe shows a lighter load is faster, lowering the
+        // baseline, and the latency rule then shrinks: down to the knee in about 90 s.
+        let mut a = Autotune::new(&config(60));
+        let trace = run(&mut a, &Service::kanaloa(), Load::Saturating, secs(180));
+        let settled = trace
+            .settled_within(Nanos::ZERO, 22.0, 0.25)
+            .expect("settles");
+        assert!(settled < secs(120), "{settled:?}");
+        let mean = trace.mean_limit(secs(120), secs(180));
+        assert!((20.0..26.0).contains(&mean), "{mean}");
+    }
+
+    #[test]
+    fn approach_from_above_resets_down_without_collapsing() {
+        // Cinnamon at 1,500 rps: 240 -> ~60 -> ~110. Here from 200: the limit grows a little
+        // on a baseline measured under load, throughput does not follow (elasticity < 0.2), a
+        // reset halves it and re-learns the baseline; probes finish the descent.
+        let mut a = Autotune::new(&config(200));
+        let trace = run(&mut a, &Service::kanaloa(), Load::Saturating, secs(180));
+        assert!(
+            trace.limit_at(secs(10)) < 45,
+            "{}",
+            trace.limit_at(secs(10))
+        );
+        let mean = trace.mean_limit(secs(60), secs(180));
+        assert!((20.0..26.0).contains(&mean), "{mean}");
+        assert!(trace.min_limit() >= 12, "{}", trace.min_limit());
+    }
+
+    #[test]
+    fn halving_capacity_brings_the_limit_down_and_recovery_brings_it_back() {
+        let mut a = Autotune::new(&config(20));
+        let trace = run(
+            &mut a,
+            &Service::halving(secs(60), secs(120)),
+            Load::Saturating,
+            secs(180),
+        );
+        let halved = trace.mean_limit(secs(70), secs(120));
+        let after = trace.mean_limit(secs(135), secs(180));
+        assert!((10.0..15.0).contains(&halved), "{halved}");
+        assert!((20.0..26.0).contains(&after), "{after}");
+        assert!(trace.limit_at(secs(65)) <= 14, "down within 5 s");
+        assert!(trace.limit_at(secs(130)) >= 20, "up within 10 s");
+    }
+
+    #[test]
+    fn a_drifting_base_latency_dips_but_is_re_anchored() {
+        // The service's base latency triples over 90 s under sustained load; its optimum stays
+        // 20. A min-based baseline sees a growing "queue" and shrinks; once most windows
+        // shrink while throughput falls in proportion (elasticity > 0.6), the baseline is
+        // re-anchored to the current rtt and the limit climbs back. Pinned: during the drift
+        // the limit dips (down to about 9) between re-anchors; it never collapses.
+        let service = Service::kanaloa().with_base_ramp(secs(30), secs(120), 3.0);
+        let mut a = Autotune::new(&config(20));
+        let trace = run(&mut a, &service, Load::Saturating, secs(240));
+        let during = trace.mean_limit(secs(30), secs(120));
+        assert!((12.0..24.0).contains(&during), "{during}");
+        assert!(trace.min_limit() >= 5, "{}", trace.min_limit());
+        let after = trace.mean_limit(secs(150), secs(240));
+        assert!((18.0..25.0).contains(&after), "{after}");
+        // Without the re-anchoring the baseline would stay at 100 ms: a 3x "queue" that the
+        // tolerance only allows at a limit of about 1.
+        let stale = Autotune::new(&AutotuneConfig {
+            high_elasticity: f64::INFINITY,
+            ..config(20)
+        });
+        let mut stale = stale;
+        let collapsed = run(&mut stale, &service, Load::Saturating, secs(240));
+        assert!(collapsed.mean_limit(secs(150), secs(240)) < 5.0);
+    }
+
+    #[test]
+    fn a_stable_timeout_needs_the_timeout_to_be_known() {
+        // The client gives up at 300 ms and it looks like a success: past 50 in flight every
+        // rtt is exactly 300 ms and throughput = limit / 0.3 s, rising with the limit. Latency
+        // is flat (no queue to see) and elasticity is 1 (concurrency seems to pay): nothing
+        // in the samples tells this apart from a bigger service.
+        let mut service = Service::kanaloa();
+        service.timeout = Some(Nanos::from_millis(300));
+        service.timeouts_look_like_success = true;
+        // Weakness, pinned: not told the timeout and started in the pinned region, it runs away.
+        let mut a = Autotune::new(&config(100));
+        let blind = run(&mut a, &service, Load::Saturating, secs(180));
+        assert!(
+            blind.limit_at(secs(180)) > 300,
+            "{}",
+            blind.limit_at(secs(180))
+        );
+        // Started at 20 the pinned region is never reached.
+        let mut a = Autotune::new(&config(20));
+        let local = run(&mut a, &service, Load::Saturating, secs(180));
+        assert!(local.max_limit() <= 27, "{}", local.max_limit());
+        // Told the timeout, rtt >= timeout is a drop: it backs off and settles at the knee.
+        let told = AutotuneConfig {
+            timeout: Some(Nanos::from_millis(300)),
+            ..config(100)
+        };
+        let mut a = Autotune::new(&told);
+        let trace = run(&mut a, &service, Load::Saturating, secs(180));
+        let mean = trace.mean_limit(secs(60), secs(180));
+        assert!((20.0..26.0).contains(&mean), "{mean}");
+        assert!(trace.max_limit() <= 100);
+    }
+
+    /// Passes every sample on, and after every `every`-th one a `Dropped` sample with a 1 us
+    /// rtt: instant refusals.
+    #[derive(Debug)]
+    struct FastDrops<L> {
+        inner: L,
+        every: u32,
+        seen: u32,
+    }
+
+    impl<L: Limit> Limit for FastDrops<L> {
+        fn limit(&self) -> u32 {
+            self.inner.limit()
+        }
+        fn on_sample(&mut self, sample: &Sample) {
+            self.inner.on_sample(sample);
+            self.seen += 1;
+            if self.seen.is_multiple_of(self.every) {
+                let drop = Sample {
+                    rtt: Nanos::from_micros(1),
+                    outcome: Outcome::Dropped,
+                    ..*sample
+                };
+                self.inner.on_sample(&drop);
+            }
+        }
+    }
+
+    #[test]
+    fn fast_drops_never_count_as_latency() {
+        // A drop's ~0 rtt in the baseline would make every real rtt look like a huge queue and
+        // shrink the limit to nothing (or, in an average, make latency look better than it
+        // is). Drops only count as drops. 2% of them (under the 5% tolerance) change nothing,
+        // step for step.
+        let mut plain = Autotune::new(&config(20));
+        let without = run(&mut plain, &Service::kanaloa(), Load::Saturating, secs(120));
+        let mut dropping = FastDrops {
+            inner: Autotune::new(&config(20)),
+            every: 50,
+            seen: 0,
+        };
+        let with = run(
+            &mut dropping,
+            &Service::kanaloa(),
+            Load::Saturating,
+            secs(120),
+        );
+        assert_eq!(with.limits, without.limits);
+        // Chosen behaviour: one refusal per success is overload, and the limit backs off
+        // (x0.9 per window) to its floor; the baseline stays a latency.
+        let mut dropping = FastDrops {
+            inner: Autotune::new(&config(20)),
+            every: 1,
+            seen: 0,
+        };
+        let trace = run(
+            &mut dropping,
+            &Service::kanaloa(),
+            Load::Saturating,
+            secs(60),
+        );
+        assert_eq!(trace.limit_at(secs(60)), 1);
+        let base = dropping.inner.base.expect("measured");
+        assert!((0.095..0.105).contains(&base), "{base}");
+    }
+
+    #[test]
+    fn low_load_neither_runs_away_nor_collapses() {
+        // At 5 or 20 rps the pool is never half used: the limit does not grow (a limit that
+        // grows while unused would let a later burst through unchecked), and latency is flat,
+        // so it does not shrink either. Windows wait for 10 samples (2 s at 5 rps).
+        for rps in [5.0, 20.0] {
+            let mut a = Autotune::new(&config(20));
+            let trace = run(
+                &mut a,
+                &Service::kanaloa(),
+                Load::Poisson { rps },
+                secs(300),
+            );
+            assert_eq!(
+                (trace.min_limit(), trace.max_limit()),
+                (20, 20),
+                "{rps} rps"
+            );
+        }
+        // At 150 rps bursts do use half of it: it grows, but only to about twice the peak use.
+        let mut a = Autotune::new(&config(20));
+        let trace = run(
+            &mut a,
+            &Service::kanaloa(),
+            Load::Poisson { rps: 150.0 },
+            secs(300),
+        );
+        assert!(trace.max_limit() <= 70, "{}", trace.max_limit());
+        assert!(trace.min_limit() >= 15, "{}", trace.min_limit());
+    }
+
+    #[test]
+    fn cold_start_on_a_warming_service() {
+        // After a deploy the service takes 400 ms and warms to 100 ms over 30 s. The baseline
+        // follows the falling latency down, so the limit grows while warming (pinned: up to
+        // ~64, three times the knee) and the probes bring it back within about 90 s.
+        let mut warm = Service::kanaloa();
+        warm.base = Nanos::from_millis(400);
+        let warm = warm.with_base_ramp(Nanos::ZERO, secs(30), 0.25);
+        let mut a = Autotune::new(&config(20));
+        let trace = run(&mut a, &warm, Load::Saturating, secs(180));
+        assert!(trace.max_limit() <= 70, "{}", trace.max_limit());
+        let mean = trace.mean_limit(secs(120), secs(180));
+        assert!((20.0..28.0).contains(&mean), "{mean}");
+    }
+
+    #[test]
+    fn latency_rule_shrinks_to_the_tolerance_and_grows_by_log10() {
+        let mut a = Autotune::new(&config(100));
+        // A first window at 100 ms sets the baseline, then the limit grows by log10(100) = 2.
+        let (rtt, outcome) = (Nanos::from_millis(100), Outcome::Success);
+        a.on_sample(&Sample {
+            now: Time::ZERO,
+            rtt,
+            inflight: 100,
+            outcome,
+        });
+        let mut now = window(
+            &mut a,
+            Time::ZERO,
+            100,
+            Nanos::from_millis(100),
+            Outcome::Success,
+        );
+        assert!(a.base.is_some_and(|b| (b - 0.1).abs() < 1e-9));
+        assert_eq!(a.limit(), 102);
+        // At 200 ms (smoothed 150 ms, ratio 0.5 > 1.5/sqrt(102)): shrink to what the tolerance
+        // allows, limit x (1 + tol) / (1 + ratio).
+        let tol = 1.5 / 102f64.sqrt();
+        now = window(&mut a, now, 100, Nanos::from_millis(200), Outcome::Success);
+        assert!(
+            (a.limit - 102.0 * (1.0 + tol) / 1.5).abs() < 1e-6,
+            "{}",
+            a.limit
+        );
+        // The next window mixes two limits and is not measured.
+        let before = a.limit;
+        now = window(&mut a, now, 100, Nanos::from_secs(5), Outcome::Success);
+        assert_eq!(a.limit, before);
+        // Then the smoothing starts afresh: 100 ms is exactly the baseline again, so it grows.
+        window(&mut a, now, 100, Nanos::from_millis(100), Outcome::Success);
+        assert!(a.limit > before);
+    }
+
+    #[test]
+    fn tolerance_grows_as_the_limit_shrinks() {
+        let tol = |limit| Autotune::new(&config(limit)).tolerance();
+        assert!((tol(1) - 1.5).abs() < 1e-12);
+        assert!((tol(25) - 0.3).abs() < 1e-12);
+        assert!((tol(100) - 0.15).abs() < 1e-12);
+        assert!(tol(4) > tol(16) && tol(16) > tol(400));
+    }
+
+    #[test]
+    fn elasticity_is_the_log_log_slope_and_needs_a_spread() {
+        let mut a = Autotune::new(&config(20));
+        let points = [(10.0, 100.0), (12.0, 120.0), (15.0, 150.0), (20.0, 200.0)];
+        for (i, (q, x)) in points.iter().enumerate() {
+            a.ring[i] = (f64::ln(*q), f64::ln(*x), Move::Grow);
+        }
+        a.filled = 4;
+        assert!(
+            (a.elasticity().expect("spread") - 1.0).abs() < 1e-9,
+            "proportional"
+        );
+        for (i, (q, _)) in points.iter().enumerate() {
+            a.ring[i].1 = f64::ln(200.0 * (q / 20.0f64).powf(-0.2));
+        }
+        assert!(
+            (a.elasticity().expect("spread") + 0.2).abs() < 1e-9,
+            "contention"
+        );
+        for i in 0..4 {
+            a.ring[i].0 = f64::ln(20.0 + 0.5 * i as f64);
+        }
+        assert_eq!(a.elasticity(), None, "20..21.5 is under a 15% spread");
+    }
+
+    #[test]
+    fn bounds_hold() {
+        let a = Autotune::new(&AutotuneConfig {
+            initial: 0,
+            min: 0,
+            ..AutotuneConfig::default()
+        });
+        assert_eq!(a.limit(), 1);
+        let a = Autotune::new(&AutotuneConfig {
+            initial: 90,
+            min: 50,
+            max: 10,
+            ..AutotuneConfig::default()
+        });
+        assert_eq!(a.limit(), 50);
+        let narrow = AutotuneConfig {
+            initial: 20,
+            min: 15,
+            max: 22,
+            ..AutotuneConfig::default()
+        };
+        let mut a = Autotune::new(&narrow);
+        let trace = run(
+            &mut a,
+            &Service::halving(secs(30), secs(60)),
+            Load::Saturating,
+            secs(90),
+        );
+        assert_eq!((trace.min_limit(), trace.max_limit()), (15, 22));
+    }
+
+    #[test]
+    fn ignored_samples_change_nothing() {
+        let mut a = Autotune::new(&config(20));
+        let mut now = window(
+            &mut a,
+            Time::ZERO,
+            50,
+            Nanos::from_millis(100),
+            Outcome::Success,
+        );
+        let before = format!("{a:?}");
+        for _ in 0..1000 {
+            now += Nanos::from_millis(10);
+            a.on_sample(&Sample {
+                now,
+                rtt: Nanos::from_micros(1),
+                inflight: 500,
+                outcome: Outcome::Ignored,
+            });
+        }
+        assert_eq!(format!("{a:?}"), before);
+    }
+
+    #[test]
+    fn deterministic_without_a_seed() {
+        // Autotune draws no random numbers: the same samples give the same limits.
+        let walk = || {
+            let mut a = Autotune::new(&config(60));
+            run(
+                &mut a,
+                &Service::halving(secs(30), secs(60)),
+                Load::Saturating,
+                secs(90),
+            )
+            .limits
+        };
+        assert_eq!(walk(), walk());
+    }
+
+    #[test]
+    fn config_round_trips_and_rejects_unknown_keys() {
+        let config = AutotuneConfig {
+            timeout: Some(Nanos::from_millis(300)),
+            ..AutotuneConfig::default()
+        };
+        let text = toml::to_string(&config).expect("serializes");
+        assert!(text.contains("window = \"500ms\""), "{text}");
+        assert_eq!(
+            toml::from_str::<AutotuneConfig>(&text).expect("parses"),
+            config
+        );
+        assert_eq!(
+            toml::from_str::<AutotuneConfig>("").expect("defaults"),
+            AutotuneConfig::default()
+        );
+        assert!(toml::from_str::<AutotuneConfig>("alpha = 3").is_err());
+    }
+}
