@@ -36,6 +36,8 @@ pub(crate) struct Setup {
     pub(crate) phases: Vec<(Nanos, f64)>,
     pub(crate) mix: Mix,
     pub(crate) poisson: bool,
+    /// One FIFO for all priorities (QALM's Go channel) instead of the most important first.
+    pub(crate) fifo: bool,
     /// Width of the windows the trace is cut into.
     pub(crate) window: Nanos,
     pub(crate) seed: u64,
@@ -52,6 +54,7 @@ impl Setup {
             phases: phases.iter().map(|&(ms, rps)| (Nanos::from_millis(ms), rps)).collect(),
             mix: Mix::Fixed(Priority::default()),
             poisson: true,
+            fifo: false,
             window: Nanos::from_millis(100),
             seed: 0x7469_6465,
         }
@@ -59,6 +62,11 @@ impl Setup {
 
     pub(crate) fn with_mix(mut self, mix: Mix) -> Setup {
         self.mix = mix;
+        self
+    }
+
+    pub(crate) fn fifo(mut self) -> Setup {
+        self.fifo = true;
         self
     }
 
@@ -181,8 +189,8 @@ impl Trace {
     }
 }
 
-/// A queued entry: rank and sequence order the queue; the value is its enqueue time.
-type Key = (u16, u64);
+/// A queued entry: (rank or 0 for FIFO, sequence) orders the queue; then the rank itself.
+type Key = (u16, u64, u16);
 
 struct Queue {
     entries: BTreeMap<Key, Time>,
@@ -266,7 +274,7 @@ pub(crate) fn run(regulator: &mut dyn Regulator, setup: &Setup) -> Trace {
             // A free server takes the most important waiting entry.
             while let Some((&key, &enqueued)) = queue.entries.iter().next() {
                 queue.entries.remove(&key);
-                let priority = Priority::from_rank(key.0).expect("valid rank");
+                let priority = Priority::from_rank(key.2).expect("valid rank");
                 let sojourn = now - enqueued;
                 let left = queue.entries.len();
                 if left == 0 {
@@ -300,7 +308,8 @@ pub(crate) fn run(regulator: &mut dyn Regulator, setup: &Setup) -> Trace {
                     trace.windows[w].served += 1;
                 } else {
                     seq += 1;
-                    let key = (priority.rank(), seq);
+                    let order = if setup.fifo { 0 } else { priority.rank() };
+                    let key = (order, seq, priority.rank());
                     queue.entries.insert(key, now);
                     queue.fifo.push_back((now, key));
                     stats.enqueued += 1;
@@ -343,3 +352,4 @@ mod tests {
         assert!((1_800..2_200).contains(&expired), "half of 2000/s expires: {expired}");
     }
 }
+
