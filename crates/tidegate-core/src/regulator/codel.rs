@@ -181,7 +181,11 @@ impl Codel {
 
     fn facebook_dequeue(&mut self, now: Time, sojourn: Nanos, queue_len: usize) -> bool {
         self.overloaded = now - self.last_empty >= self.interval;
-        let timeout = if self.overloaded { self.target } else { self.interval };
+        let timeout = if self.overloaded {
+            self.target
+        } else {
+            self.interval
+        };
         if queue_len == 0 {
             self.last_empty = now;
         }
@@ -236,7 +240,8 @@ impl Regulator for Codel {
     }
 
     fn next_tick(&self) -> Time {
-        self.last_tick.map_or(Time::ZERO, |last| last + self.interval)
+        self.last_tick
+            .map_or(Time::ZERO, |last| last + self.interval)
     }
 
     fn state(&self) -> RegulatorState {
@@ -263,7 +268,9 @@ mod tests {
     /// entries left behind; returns the times of the drops.
     fn dequeue_every_ms(codel: &mut Codel, from: u64, to: u64, sojourn: Nanos) -> Vec<u64> {
         (from..to)
-            .filter(|&t| codel.on_dequeue(ms(t), sojourn, Priority::default(), 10) == Verdict::Reject)
+            .filter(|&t| {
+                codel.on_dequeue(ms(t), sojourn, Priority::default(), 10) == Verdict::Reject
+            })
             .collect()
     }
 
@@ -273,8 +280,14 @@ mod tests {
         let above = Nanos::from_millis(6);
         assert!(dequeue_every_ms(&mut codel, 0, 60, above).is_empty());
         // One entry under target restarts the clock.
-        assert_eq!(codel.on_dequeue(ms(60), Nanos::from_millis(4), Priority::default(), 10), Verdict::Admit);
-        assert!(dequeue_every_ms(&mut codel, 61, 160, above).is_empty(), "61 + 100 ms not reached");
+        assert_eq!(
+            codel.on_dequeue(ms(60), Nanos::from_millis(4), Priority::default(), 10),
+            Verdict::Admit
+        );
+        assert!(
+            dequeue_every_ms(&mut codel, 61, 160, above).is_empty(),
+            "61 + 100 ms not reached"
+        );
         assert_eq!(dequeue_every_ms(&mut codel, 161, 162, above), [161]);
         assert!(codel.is_dropping());
     }
@@ -283,12 +296,19 @@ mod tests {
     fn drops_at_interval_over_the_square_root_of_the_count() {
         let mut codel = Codel::new(&CodelConfig::default());
         let drops = dequeue_every_ms(&mut codel, 0, 2_000, Nanos::from_millis(50));
-        assert_eq!(drops[0], 100, "an interval after the first entry above target");
+        assert_eq!(
+            drops[0], 100,
+            "an interval after the first entry above target"
+        );
         // Drop n+1 comes 100 / sqrt(n) ms after drop n, to the next dequeue (1 ms apart).
         for (n, pair) in drops.windows(2).enumerate() {
             let gap = (pair[1] - pair[0]) as f64;
             let law = 100.0 / ((n + 1) as f64).sqrt();
-            assert!((gap - law).abs() <= 1.0, "drop {}: gap {gap} ms, law {law:.1} ms", n + 2);
+            assert!(
+                (gap - law).abs() <= 1.0,
+                "drop {}: gap {gap} ms, law {law:.1} ms",
+                n + 2
+            );
         }
         assert!(drops.len() > 30, "{}", drops.len());
         assert_eq!(codel.count() as usize, drops.len());
@@ -299,7 +319,10 @@ mod tests {
         let mut codel = Codel::new(&CodelConfig::default());
         let above = Nanos::from_millis(50);
         let drops = dequeue_every_ms(&mut codel, 0, 1_000, above).len();
-        assert_eq!(codel.on_dequeue(ms(1_000), Nanos::from_millis(1), Priority::default(), 10), Verdict::Admit);
+        assert_eq!(
+            codel.on_dequeue(ms(1_000), Nanos::from_millis(1), Priority::default(), 10),
+            Verdict::Admit
+        );
         assert!(!codel.is_dropping());
         // Back above target an interval later: the drop rate resumes where it was rather than
         // from one drop per interval (RFC 8289's "delta" rule).
@@ -307,7 +330,11 @@ mod tests {
         assert_eq!(again[0], 1_101);
         // The new episode starts at the previous episode's drops beyond its first.
         assert_eq!(codel.count() as usize, (drops - 1) + (again.len() - 1));
-        assert!(again.len() > 5, "drops come {} ms apart, not 100", again[1] - again[0]);
+        assert!(
+            again.len() > 5,
+            "drops come {} ms apart, not 100",
+            again[1] - again[0]
+        );
     }
 
     #[test]
@@ -330,7 +357,10 @@ mod tests {
         assert_eq!(codel.on_arrival(ms(200), tier(4), 100), Verdict::Reject);
         assert_eq!(codel.on_arrival(ms(200), tier(3), 100), Verdict::Admit);
         assert_eq!(codel.state().cutoff_rank, Some(4 * 128 - 1));
-        let mut never = Codel::new(&CodelConfig { shed_tier: 6, ..CodelConfig::default() });
+        let mut never = Codel::new(&CodelConfig {
+            shed_tier: 6,
+            ..CodelConfig::default()
+        });
         dequeue_every_ms(&mut never, 0, 200, Nanos::from_millis(50));
         assert!(never.is_dropping());
         assert_eq!(never.on_arrival(ms(200), tier(5), 100), Verdict::Admit);
@@ -338,18 +368,36 @@ mod tests {
 
     #[test]
     fn facebook_mode_shortens_the_queue_timeout_while_the_queue_stands() {
-        let config = CodelConfig { mode: CodelMode::Facebook, ..CodelConfig::default() };
+        let config = CodelConfig {
+            mode: CodelMode::Facebook,
+            ..CodelConfig::default()
+        };
         let mut codel = Codel::new(&config);
         let p = Priority::default();
         assert_eq!(codel.on_arrival(ms(0), p, 0), Verdict::Admit);
         // Not standing for an interval yet: the timeout is the interval.
-        assert_eq!(codel.on_dequeue(ms(50), Nanos::from_millis(50), p, 5), Verdict::Admit);
-        assert_eq!(codel.on_dequeue(ms(60), Nanos::from_millis(101), p, 5), Verdict::Reject);
+        assert_eq!(
+            codel.on_dequeue(ms(50), Nanos::from_millis(50), p, 5),
+            Verdict::Admit
+        );
+        assert_eq!(
+            codel.on_dequeue(ms(60), Nanos::from_millis(101), p, 5),
+            Verdict::Reject
+        );
         // Standing for 100 ms: the timeout is the target.
-        assert_eq!(codel.on_dequeue(ms(100), Nanos::from_millis(6), p, 5), Verdict::Reject);
-        assert_eq!(codel.on_dequeue(ms(101), Nanos::from_millis(4), p, 0), Verdict::Admit);
+        assert_eq!(
+            codel.on_dequeue(ms(100), Nanos::from_millis(6), p, 5),
+            Verdict::Reject
+        );
+        assert_eq!(
+            codel.on_dequeue(ms(101), Nanos::from_millis(4), p, 0),
+            Verdict::Admit
+        );
         // That dequeue emptied the queue: the interval starts again.
-        assert_eq!(codel.on_dequeue(ms(150), Nanos::from_millis(6), p, 3), Verdict::Admit);
+        assert_eq!(
+            codel.on_dequeue(ms(150), Nanos::from_millis(6), p, 3),
+            Verdict::Admit
+        );
     }
 
     /// Cinnamon's complaint about QALM, reproduced: half tier 1, half tier 5 at twice the
@@ -358,7 +406,9 @@ mod tests {
     /// in, which builds the queue again: the shedding swings instead of settling.
     #[test]
     fn under_sustained_overload_the_shedding_swings_between_all_and_little() {
-        let setup = Setup::thousand_rps(&[(1_000, 500.0), (20_000, 2_000.0)]).with_mix(Mix::Tiers(vec![1, 5])).fifo();
+        let setup = Setup::thousand_rps(&[(1_000, 500.0), (20_000, 2_000.0)])
+            .with_mix(Mix::Tiers(vec![1, 5]))
+            .fifo();
         let trace = run(&mut Codel::new(&CodelConfig::default()), &setup);
         let tier5: Vec<f64> = trace
             .between(3_000, 21_000)
@@ -367,8 +417,15 @@ mod tests {
             .collect();
         let all = tier5.iter().filter(|&&s| s > 0.95).count();
         let little = tier5.iter().filter(|&&s| s < 0.4).count();
-        assert!(all > 100 && little >= 5, "{all} windows all shed, {little} windows < 40%");
-        let episodes = trace.ticks.windows(2).filter(|p| p[1].1.overloaded && !p[0].1.overloaded).count();
+        assert!(
+            all > 100 && little >= 5,
+            "{all} windows all shed, {little} windows < 40%"
+        );
+        let episodes = trace
+            .ticks
+            .windows(2)
+            .filter(|p| p[1].1.overloaded && !p[0].1.overloaded)
+            .count();
         assert!(episodes >= 8, "{episodes} dropping episodes in 20 s");
     }
 
@@ -377,16 +434,29 @@ mod tests {
     /// goes unseen while tier 1 alone fits in the capacity.
     #[test]
     fn in_a_priority_queue_the_important_traffic_hides_the_standing_queue() {
-        let setup = Setup::thousand_rps(&[(1_000, 500.0), (5_000, 1_800.0)]).with_mix(Mix::Tiers(vec![1, 5]));
+        let setup = Setup::thousand_rps(&[(1_000, 500.0), (5_000, 1_800.0)])
+            .with_mix(Mix::Tiers(vec![1, 5]));
         let trace = run(&mut Codel::new(&CodelConfig::default()), &setup);
         assert!(trace.max_queue(5_000, 6_000) > 3_000, "tier 5 piles up");
-        assert!(trace.shed_share(0, 6_000) < 0.01, "{}", trace.shed_share(0, 6_000));
+        assert!(
+            trace.shed_share(0, 6_000) < 0.01,
+            "{}",
+            trace.shed_share(0, 6_000)
+        );
     }
 
     #[test]
     fn configuration_reads_the_mode() {
-        let config: CodelConfig = toml::from_str("mode = \"facebook\"\ntarget = \"10ms\"").expect("valid");
-        assert_eq!((config.mode, config.target, config.interval), (CodelMode::Facebook, Nanos::from_millis(10), Nanos::from_millis(100)));
+        let config: CodelConfig =
+            toml::from_str("mode = \"facebook\"\ntarget = \"10ms\"").expect("valid");
+        assert_eq!(
+            (config.mode, config.target, config.interval),
+            (
+                CodelMode::Facebook,
+                Nanos::from_millis(10),
+                Nanos::from_millis(100)
+            )
+        );
         assert!(toml::from_str::<CodelConfig>("mode = \"fq\"").is_err());
     }
 }

@@ -21,6 +21,11 @@ use crate::time::{Nanos, Time};
 /// know the mix, and short enough to follow a change of mix within a few seconds.
 pub(crate) const HISTORY_HALF_LIFE: Nanos = Nanos::from_secs(1);
 
+/// `x` clamped to `[0, 1]`, with NaN (from a degenerate configuration) as 0.
+pub(crate) fn unit(x: f64) -> f64 {
+    if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
+}
+
 /// Where the line is drawn.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Cut {
@@ -74,8 +79,7 @@ impl PriorityCutoff {
             self.counts.iter_mut().for_each(|c| *c *= factor);
         }
         self.last_update = Some(now);
-        // `max`/`min` map NaN to 0.
-        self.ratio = ratio.max(0.0).min(1.0);
+        self.ratio = unit(ratio);
         self.cut = self.find_cut();
     }
 
@@ -107,7 +111,10 @@ impl PriorityCutoff {
             lowest_seen = Some(rank);
         }
         // Rounding kept the sum just short of the target: cut everything seen.
-        lowest_seen.map_or(Cut::Uniform(self.ratio), |rank| Cut::Rank { rank, fraction: 1.0 })
+        lowest_seen.map_or(Cut::Uniform(self.ratio), |rank| Cut::Rank {
+            rank,
+            fraction: 1.0,
+        })
     }
 
     /// Whether to reject an arrival of this rank under the current cut-off.
@@ -116,9 +123,10 @@ impl PriorityCutoff {
             Cut::Nothing => false,
             Cut::Everything => true,
             Cut::Uniform(fraction) => self.draw(fraction),
-            Cut::Rank { rank: cut, fraction } => {
-                rank > cut || (rank == cut && self.draw(fraction))
-            }
+            Cut::Rank {
+                rank: cut,
+                fraction,
+            } => rank > cut || (rank == cut && self.draw(fraction)),
         }
     }
 
@@ -182,8 +190,14 @@ mod tests {
     fn single_priority_traffic_gets_the_exact_share() {
         for ratio in [0.0, 0.013, 0.25, 0.5, 0.9, 1.0] {
             let (share, rejected) = shed(ratio, 10_000, || rank(3, 0));
-            assert!((share - ratio).abs() <= 1e-4, "ratio {ratio}: rejected {share}");
-            assert_eq!(rejected.iter().filter(|&&r| r > 0).count(), usize::from(ratio > 0.0));
+            assert!(
+                (share - ratio).abs() <= 1e-4,
+                "ratio {ratio}: rejected {share}"
+            );
+            assert_eq!(
+                rejected.iter().filter(|&&r| r > 0).count(),
+                usize::from(ratio > 0.0)
+            );
         }
     }
 
@@ -197,13 +211,24 @@ mod tests {
         };
         let (share, rejected) = shed(0.3, 100_000, &mut draw);
         assert!((share - 0.3).abs() < 0.01, "{share}");
-        let tier_rejections = |tier: usize| rejected[tier * 128..(tier + 1) * 128].iter().sum::<u32>();
-        assert_eq!(tier_rejections(1), 0, "tier 1 is untouched while tier 5 has room to give");
+        let tier_rejections =
+            |tier: usize| rejected[tier * 128..(tier + 1) * 128].iter().sum::<u32>();
+        assert_eq!(
+            tier_rejections(1),
+            0,
+            "tier 1 is untouched while tier 5 has room to give"
+        );
         // 30% of all is 60% of tier 5: its cohorts ~51..127, the high cohorts first.
         let tier5 = &rejected[5 * 128..6 * 128];
-        assert!(tier5[127] > 0 && tier5[60] > 0 && tier5[40] == 0 && tier5[0] == 0, "{tier5:?}");
+        assert!(
+            tier5[127] > 0 && tier5[60] > 0 && tier5[40] == 0 && tier5[0] == 0,
+            "{tier5:?}"
+        );
         let first_cut = tier5.iter().position(|&r| r > 0).expect("some rejected");
-        assert!(tier5[first_cut + 1..].iter().all(|&r| r > 0), "contiguous from the top");
+        assert!(
+            tier5[first_cut + 1..].iter().all(|&r| r > 0),
+            "contiguous from the top"
+        );
 
         // Past tier 5, tier 1 goes too, again from its high cohorts.
         let (share, rejected) = shed(0.75, 100_000, &mut draw);
@@ -222,9 +247,15 @@ mod tests {
         }
         cutoff.update(Time::ZERO, 0.5);
         assert_eq!(cutoff.cutoff_rank(), Some(rank(4, 0)));
-        assert!(cutoff.should_reject(rank(5, 0)), "unseen and less important");
+        assert!(
+            cutoff.should_reject(rank(5, 0)),
+            "unseen and less important"
+        );
         assert!(cutoff.should_reject(rank(4, 1)));
-        assert!(!cutoff.should_reject(rank(3, 127)), "unseen but more important");
+        assert!(
+            !cutoff.should_reject(rank(3, 127)),
+            "unseen but more important"
+        );
         assert!(!cutoff.should_reject(rank(2, 0)));
     }
 
@@ -233,11 +264,16 @@ mod tests {
         let mut cutoff = PriorityCutoff::new(Nanos::from_secs(1));
         cutoff.update(Time::ZERO, 0.25);
         assert_eq!(cutoff.cutoff_rank(), None);
-        let rejected = (0..1000).filter(|i| cutoff.should_reject((i % 768) as u16)).count();
+        let rejected = (0..1000)
+            .filter(|i| cutoff.should_reject((i % 768) as u16))
+            .count();
         assert_eq!(rejected, 250);
         cutoff.update(Time::ZERO, 1.5);
         assert_eq!(cutoff.ratio(), 1.0);
-        assert!(cutoff.should_reject(0), "ratio 1 rejects even the most important");
+        assert!(
+            cutoff.should_reject(0),
+            "ratio 1 rejects even the most important"
+        );
         cutoff.update(Time::ZERO, f64::NAN);
         assert!(!cutoff.should_reject(767), "NaN is no shedding");
     }

@@ -83,7 +83,13 @@ pub trait Regulator: Send + fmt::Debug {
     /// (CoDel drops at dequeue). `queue_len` is the number of entries still waiting after this
     /// one left: CoDel never drops the last entry of a queue that is emptying, and learns from
     /// it that the queue has been empty. The default lets everything through.
-    fn on_dequeue(&mut self, _now: Time, _sojourn: Nanos, _priority: Priority, _queue_len: usize) -> Verdict {
+    fn on_dequeue(
+        &mut self,
+        _now: Time,
+        _sojourn: Nanos,
+        _priority: Priority,
+        _queue_len: usize,
+    ) -> Verdict {
         Verdict::Admit
     }
 

@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff};
+use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff, unit};
 use super::{QueueStats, Regulator, RegulatorState, Verdict};
 use crate::priority::Priority;
 use crate::time::{Nanos, Time};
@@ -158,8 +158,7 @@ impl Regulator for Pid {
             self.engaged |= self.overloaded;
             if self.engaged {
                 let step = self.step(now, last, queue);
-                // `max`/`min` also turn a NaN from a degenerate configuration into 0.
-                self.ratio = (self.ratio + step).max(0.0).min(1.0);
+                self.ratio = unit(self.ratio + step);
                 self.engaged = self.ratio > 0.0 || self.overloaded;
             }
             if !self.engaged {
@@ -185,5 +184,177 @@ impl Regulator for Pid {
             burst: false,
             overloaded: self.overloaded,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regulator::testkit::{Mix, Setup, run};
+    use crate::regulator::{Codel, CodelConfig};
+
+    fn mean_and_spread(values: &[f64]) -> (f64, f64) {
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / values.len() as f64;
+        (mean, variance.sqrt())
+    }
+
+    #[test]
+    fn settles_near_one_minus_capacity_over_arrivals_without_swinging() {
+        for (rate, expected) in [(2_000.0, 0.5), (1_500.0, 1.0 / 3.0), (3_000.0, 2.0 / 3.0)] {
+            let setup = Setup::thousand_rps(&[(1_000, 500.0), (20_000, rate)]);
+            let trace = run(&mut Pid::new(&PidConfig::default()), &setup);
+            let ratios = trace.ratios(8_000, 21_000);
+            let (mean, spread) = mean_and_spread(&ratios);
+            assert!(
+                (mean - expected).abs() < 0.03,
+                "{rate}/s: ratio {mean}, expected {expected}"
+            );
+            assert!(spread < 0.04, "{rate}/s: spread {spread}");
+            let (low, high) = ratios
+                .iter()
+                .fold((1.0f64, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+            assert!(
+                low > expected - 0.12 && high < expected + 0.12,
+                "{rate}/s: {low}..{high}"
+            );
+            let served: u64 = trace.between(8_000, 21_000).iter().map(|w| w.served).sum();
+            assert!(
+                served > 12_400,
+                "{rate}/s: the service stays busy: {served} of 13000"
+            );
+            assert!(
+                trace.max_queue(8_000, 21_000) < 150,
+                "{rate}/s: queue {}",
+                trace.max_queue(8_000, 21_000)
+            );
+        }
+    }
+
+    #[test]
+    fn works_on_ratios_whatever_the_volume() {
+        // A hundredth of the traffic: one server of 10 ms, 200 per second, 20 per update.
+        let mut setup = Setup::thousand_rps(&[(1_000, 50.0), (60_000, 200.0)]);
+        setup.servers = 1;
+        let trace = run(&mut Pid::new(&PidConfig::default()), &setup);
+        let (mean, spread) = mean_and_spread(&trace.ratios(20_000, 61_000));
+        assert!(
+            (mean - 0.5).abs() < 0.05 && spread < 0.1,
+            "ratio {mean} ± {spread}"
+        );
+    }
+
+    #[test]
+    fn cuts_tier_five_before_tier_one_and_high_cohorts_first() {
+        let setup = Setup::thousand_rps(&[(1_000, 500.0), (20_000, 1_500.0)])
+            .with_mix(Mix::Tiers(vec![1, 5]));
+        let trace = run(&mut Pid::new(&PidConfig::default()), &setup);
+        let tier1 = trace.tier_shed_share(1, 8_000, 21_000);
+        let tier5 = trace.tier_shed_share(5, 8_000, 21_000);
+        assert!(tier1 < 0.01, "tier 1 {tier1}");
+        assert!(
+            (0.6..0.72).contains(&tier5),
+            "two thirds of tier 5: {tier5}"
+        );
+        let share = |cohorts: std::ops::Range<u32>| {
+            let rank = |c| usize::from(Priority::new(5, c).expect("valid").rank());
+            let ranks = rank(cohorts.start)..rank(cohorts.end);
+            trace.rejected_by_rank[ranks.clone()].iter().sum::<u64>() as f64
+                / trace.arrived_by_rank[ranks].iter().sum::<u64>() as f64
+        };
+        let quarters = [share(0..32), share(32..64), share(64..96), share(96..127)];
+        assert!(
+            quarters.windows(2).all(|q| q[0] < q[1]),
+            "worse cohorts lose more: {quarters:?}"
+        );
+        // Counted over the whole run, including the ~2 s before the controller engages.
+        assert!(quarters[0] < 0.2 && quarters[3] > 0.9, "{quarters:?}");
+        let cut = trace.state_at(15_000).cutoff_rank.expect("cutting");
+        assert!((5 * 128 + 20..5 * 128 + 64).contains(&cut), "{cut}");
+    }
+
+    #[test]
+    fn falls_slowly_after_the_overload_ends() {
+        let setup = Setup::thousand_rps(&[(1_000, 500.0), (10_000, 2_000.0), (10_000, 500.0)]);
+        let trace = run(&mut Pid::new(&PidConfig::default()), &setup);
+        let at_end = trace.state_at(11_000).reject_ratio;
+        assert!(at_end > 0.4, "{at_end}");
+        // 0.1 per second, no faster.
+        for (t, expected) in [
+            (12_000, at_end - 0.1),
+            (13_000, at_end - 0.2),
+            (14_000, at_end - 0.3),
+        ] {
+            let ratio = trace.state_at(t).reject_ratio;
+            assert!(
+                (ratio - expected).abs() < 0.03,
+                "at {t} ms: {ratio}, expected {expected}"
+            );
+        }
+        assert_eq!(trace.state_at(17_500).reject_ratio, 0.0);
+        assert_eq!(trace.shed_share(17_500, 21_000), 0.0);
+        assert!(!trace.state_at(20_000).overloaded);
+    }
+
+    #[test]
+    fn rejects_nothing_when_the_queue_empties_within_the_overload_time() {
+        // 80% load (queues form and empty all the time) and a 200 ms spike at 1.5x: 100
+        // entries of queue, drained in half a second, so the queue stands for ~0.7 s < 1 s.
+        let setup = Setup::thousand_rps(&[(10_000, 800.0), (200, 1_500.0), (10_000, 800.0)]);
+        let trace = run(&mut Pid::new(&PidConfig::default()), &setup);
+        assert!(trace.max_queue(10_000, 11_000) > 70, "the spike queued");
+        assert_eq!(trace.shed_share(0, 20_200), 0.0);
+        assert!(
+            trace
+                .ticks
+                .iter()
+                .all(|(_, s)| s.reject_ratio == 0.0 && s.cutoff_rank.is_none())
+        );
+    }
+
+    /// The comparison Cinnamon makes: under the overload where QALM's CoDel swings (see
+    /// `codel::tests::under_sustained_overload_the_shedding_swings_between_all_and_little`),
+    /// the PID holds its ratio and tier 5 is shed steadily.
+    #[test]
+    fn steady_where_codel_swings() {
+        let setup = Setup::thousand_rps(&[(1_000, 500.0), (20_000, 2_000.0)])
+            .with_mix(Mix::Tiers(vec![1, 5]))
+            .fifo();
+        let tier5 = |trace: &crate::regulator::testkit::Trace| -> Vec<f64> {
+            let windows = trace.between(8_000, 21_000);
+            windows
+                .iter()
+                .map(|w| (w.rejected[5] + w.dropped[5]) as f64 / w.arrived[5].max(1) as f64)
+                .collect()
+        };
+        let pid = tier5(&run(&mut Pid::new(&PidConfig::default()), &setup));
+        let codel = tier5(&run(&mut Codel::new(&CodelConfig::default()), &setup));
+        let low = |v: &[f64]| v.iter().copied().fold(1.0, f64::min);
+        assert!(
+            low(&pid) > 0.7,
+            "PID's worst window still sheds {:.2} of tier 5",
+            low(&pid)
+        );
+        assert!(
+            low(&codel) < 0.4,
+            "CoDel's worst window sheds {:.2} of tier 5",
+            low(&codel)
+        );
+        let (_, pid_spread) = mean_and_spread(&pid);
+        let (_, codel_spread) = mean_and_spread(&codel);
+        assert!(
+            pid_spread < codel_spread / 2.0,
+            "spread: PID {pid_spread:.3}, CoDel {codel_spread:.3}"
+        );
+    }
+
+    #[test]
+    fn configuration_defaults_and_overrides() {
+        let config: PidConfig =
+            toml::from_str("overload_after = \"10s\"\nkp = 0.5").expect("valid");
+        assert_eq!(config.overload_after, Nanos::from_secs(10));
+        assert_eq!(config.kp, 0.5);
+        assert_eq!(config.update, Nanos::from_millis(100));
+        assert!(toml::from_str::<PidConfig>("gain = 1").is_err());
     }
 }

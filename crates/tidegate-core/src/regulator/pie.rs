@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff};
+use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff, unit};
 use super::{QueueStats, Regulator, RegulatorState, Verdict};
 use crate::priority::Priority;
 use crate::rng::Rng;
@@ -162,7 +162,9 @@ impl Pie {
         let dequeued = queue.dequeued.saturating_sub(self.last_dequeued);
         if queue.last_empty < last && elapsed > 0.0 {
             let sample = dequeued as f64 / elapsed;
-            let average = self.rate.map_or(sample, |avg| avg + RATE_WEIGHT * (sample - avg));
+            let average = self
+                .rate
+                .map_or(sample, |avg| avg + RATE_WEIGHT * (sample - avg));
             self.rate = Some(average);
         }
         match self.rate {
@@ -189,7 +191,11 @@ impl Regulator for Pie {
             ShedBy::Random => self.rng.chance(self.p),
             ShedBy::Priority => self.cutoff.should_reject(priority.rank()),
         };
-        if drop { Verdict::Reject } else { Verdict::Admit }
+        if drop {
+            Verdict::Reject
+        } else {
+            Verdict::Admit
+        }
     }
 
     fn tick(&mut self, now: Time, queue: &QueueStats) {
@@ -209,8 +215,7 @@ impl Regulator for Pie {
         if delay == 0.0 && self.old_delay == 0.0 {
             self.p *= 0.98;
         }
-        // `max`/`min` also turn a NaN from a degenerate configuration into 0.
-        self.p = self.p.max(0.0).min(1.0);
+        self.p = unit(self.p);
 
         self.burst = self.burst - (now - last);
         let calm = delay < self.target / 2.0 && self.old_delay < self.target / 2.0;
@@ -254,11 +259,18 @@ mod tests {
 
     impl Feed {
         fn new() -> Feed {
-            Feed { now: Time::ZERO + Nanos::from_millis(1), dequeued: 0 }
+            Feed {
+                now: Time::ZERO + Nanos::from_millis(1),
+                dequeued: 0,
+            }
         }
 
         fn tick(&mut self, pie: &mut Pie, len: usize) {
-            let stats = QueueStats { len, dequeued: self.dequeued, ..QueueStats::default() };
+            let stats = QueueStats {
+                len,
+                dequeued: self.dequeued,
+                ..QueueStats::default()
+            };
             pie.tick(self.now, &stats);
             self.now += Nanos::from_millis(15);
             self.dequeued += 15;
@@ -274,11 +286,18 @@ mod tests {
         let mut previous = pie.probability();
         for _ in 0..200 {
             feed.tick(&mut pie, 30); // 30 ms: twice the target
-            assert!(pie.probability() > previous, "{} after {previous}", pie.probability());
+            assert!(
+                pie.probability() > previous,
+                "{} after {previous}",
+                pie.probability()
+            );
             previous = pie.probability();
         }
         // alpha * 15 ms = 0.0019 per update once p > 10%: about 0.125 per second.
-        assert!((0.12..0.25).contains(&previous), "3 s at twice the target: {previous}");
+        assert!(
+            (0.12..0.25).contains(&previous),
+            "3 s at twice the target: {previous}"
+        );
         assert!(!pie.state().burst, "the allowance ran out");
         for _ in 0..10 {
             feed.tick(&mut pie, 10); // 10 ms: below target
@@ -293,8 +312,14 @@ mod tests {
             updates += 1;
         }
         // The 2% decay and the shrinking steps of the ladder: about 1.5 s from p = 0.15.
-        assert!((50..150).contains(&updates), "back to zero in {updates} updates of 15 ms");
-        assert!(pie.state().burst, "calm again: the burst allowance is re-armed");
+        assert!(
+            (50..150).contains(&updates),
+            "back to zero in {updates} updates of 15 ms"
+        );
+        assert!(
+            pie.state().burst,
+            "calm again: the burst allowance is re-armed"
+        );
     }
 
     #[test]
@@ -312,7 +337,10 @@ mod tests {
             feed.tick(&mut pie, 30);
             let expected = (config.alpha * 0.015 / Pie::scale(before).recip()).min(0.02);
             let step = pie.probability() - before;
-            assert!((step - expected).abs() < 1e-12, "at p = {before}: step {step}, expected {expected}");
+            assert!(
+                (step - expected).abs() < 1e-12,
+                "at p = {before}: step {step}, expected {expected}"
+            );
             let scale = Pie::scale(before).recip() as u32;
             if scales_seen.last() != Some(&scale) {
                 scales_seen.push(scale);
@@ -323,12 +351,19 @@ mod tests {
 
     #[test]
     fn decays_by_two_percent_per_update_when_there_is_no_delay() {
-        let mut pie = Pie::new(&PieConfig { alpha: 0.0, ..PieConfig::default() });
+        let mut pie = Pie::new(&PieConfig {
+            alpha: 0.0,
+            ..PieConfig::default()
+        });
         let mut feed = Feed::new();
         feed.tick(&mut pie, 0);
         pie.p = 0.5;
         feed.tick(&mut pie, 0);
-        assert!((pie.probability() - 0.49).abs() < 1e-12, "{}", pie.probability());
+        assert!(
+            (pie.probability() - 0.49).abs() < 1e-12,
+            "{}",
+            pie.probability()
+        );
     }
 
     #[test]
@@ -342,11 +377,16 @@ mod tests {
         assert!(p > 0.1 && p < 0.2 && !pie.state().burst, "{p}");
         let priority = Priority::default();
         let rejected = |pie: &mut Pie, queue_len| {
-            (0..10_000).filter(|_| pie.on_arrival(Time::ZERO, priority, queue_len) == Verdict::Reject).count()
+            (0..10_000)
+                .filter(|_| pie.on_arrival(Time::ZERO, priority, queue_len) == Verdict::Reject)
+                .count()
         };
         assert_eq!(rejected(&mut pie, 2), 0, "at most 2 waiting: never dropped");
         let dropped = rejected(&mut pie, 100);
-        assert!((dropped as f64 - p * 10_000.0).abs() < 300.0, "p = {p}: {dropped} of 10000");
+        assert!(
+            (dropped as f64 - p * 10_000.0).abs() < 300.0,
+            "p = {p}: {dropped} of 10000"
+        );
         // One update with a 5 ms delay: p is still above 10%, but the last delay is below half
         // the target, so PIE does not drop.
         feed.tick(&mut pie, 5);
@@ -362,12 +402,21 @@ mod tests {
         let trace = run(&mut Pie::new(&PieConfig::default()), &short);
         assert!(trace.max_queue(2_000, 2_100) > 30, "the burst did queue");
         assert_eq!(trace.shed_share(0, 4_000), 0.0);
-        assert!(trace.ticks.iter().all(|(_, s)| s.burst || s.reject_ratio < 0.01));
+        assert!(
+            trace
+                .ticks
+                .iter()
+                .all(|(_, s)| s.burst || s.reject_ratio < 0.01)
+        );
 
         // The same spike for 500 ms outlasts the allowance and is regulated.
         let long = Setup::thousand_rps(&[(2_000, 500.0), (500, 3_000.0), (2_000, 500.0)]);
         let trace = run(&mut Pie::new(&PieConfig::default()), &long);
-        assert!(trace.shed_share(2_000, 2_500) > 0.2, "{}", trace.shed_share(2_000, 2_500));
+        assert!(
+            trace.shed_share(2_000, 2_500) > 0.2,
+            "{}",
+            trace.shed_share(2_000, 2_500)
+        );
         assert!(!trace.state_at(2_400).burst);
     }
 
@@ -379,7 +428,10 @@ mod tests {
         assert!((0.45..0.55).contains(&shed), "sheds the excess: {shed}");
         // Queue length in entries is the delay in ms at 1000 per second.
         let queue = trace.max_queue(4_000, 11_000);
-        assert!(queue < 80, "the delay stays within a few targets: {queue} ms");
+        assert!(
+            queue < 80,
+            "the delay stays within a few targets: {queue} ms"
+        );
         let served: u64 = trace.between(4_000, 11_000).iter().map(|w| w.served).sum();
         assert!(served > 6_900, "the service is kept busy: {served}");
         assert_eq!(trace.state_at(14_000).reject_ratio, 0.0);
@@ -388,27 +440,45 @@ mod tests {
 
     #[test]
     fn shed_by_priority_takes_the_lowest_ranks_first() {
-        let config = PieConfig { shed_by: ShedBy::Priority, ..PieConfig::default() };
-        let setup = Setup::thousand_rps(&[(1_000, 500.0), (10_000, 1_500.0)]).with_mix(Mix::Tiers(vec![1, 5]));
+        let config = PieConfig {
+            shed_by: ShedBy::Priority,
+            ..PieConfig::default()
+        };
+        let setup = Setup::thousand_rps(&[(1_000, 500.0), (10_000, 1_500.0)])
+            .with_mix(Mix::Tiers(vec![1, 5]));
         let trace = run(&mut Pie::new(&config), &setup);
         let total = trace.shed_share(4_000, 11_000);
         assert!((0.28..0.40).contains(&total), "a third of 1500/s: {total}");
         let tier1 = trace.tier_shed_share(1, 4_000, 11_000);
         let tier5 = trace.tier_shed_share(5, 4_000, 11_000);
-        assert!(tier1 < 0.02 && tier5 > 0.55, "tier 1 {tier1}, tier 5 {tier5}");
+        assert!(
+            tier1 < 0.02 && tier5 > 0.55,
+            "tier 1 {tier1}, tier 5 {tier5}"
+        );
         let share = |from: u16, to: u16| {
             let ranks = usize::from(Priority::new(5, from.into()).expect("valid").rank())
                 ..usize::from(Priority::new(5, to.into()).expect("valid").rank());
             trace.rejected_by_rank[ranks.clone()].iter().sum::<u64>() as f64
                 / trace.arrived_by_rank[ranks].iter().sum::<u64>() as f64
         };
-        assert!(share(96, 127) > 0.8 && share(0, 32) < 0.3, "{} vs {}", share(96, 127), share(0, 32));
-        assert!(trace.state_at(8_000).cutoff_rank.is_some_and(|r| r >= 5 * 128));
+        assert!(
+            share(96, 127) > 0.8 && share(0, 32) < 0.3,
+            "{} vs {}",
+            share(96, 127),
+            share(0, 32)
+        );
+        assert!(
+            trace
+                .state_at(8_000)
+                .cutoff_rank
+                .is_some_and(|r| r >= 5 * 128)
+        );
     }
 
     #[test]
     fn configuration_reads_durations_and_rejects_unknown_keys() {
-        let config: PieConfig = toml::from_str("target = \"20ms\"\nshed_by = \"priority\"").expect("valid");
+        let config: PieConfig =
+            toml::from_str("target = \"20ms\"\nshed_by = \"priority\"").expect("valid");
         assert_eq!(config.target, Nanos::from_millis(20));
         assert_eq!(config.shed_by, ShedBy::Priority);
         assert_eq!(config.max_burst, Nanos::from_millis(150));

@@ -51,7 +51,10 @@ impl Setup {
             servers: 10,
             service: Nanos::from_millis(10),
             queue_timeout: None,
-            phases: phases.iter().map(|&(ms, rps)| (Nanos::from_millis(ms), rps)).collect(),
+            phases: phases
+                .iter()
+                .map(|&(ms, rps)| (Nanos::from_millis(ms), rps))
+                .collect(),
             mix: Mix::Fixed(Priority::default()),
             poisson: true,
             fifo: false,
@@ -76,7 +79,10 @@ impl Setup {
     }
 
     fn duration(&self) -> Nanos {
-        self.phases.iter().map(|&(d, _)| d).fold(Nanos::ZERO, |a, d| a + d)
+        self.phases
+            .iter()
+            .map(|&(d, _)| d)
+            .fold(Nanos::ZERO, |a, d| a + d)
     }
 
     fn rate_at(&self, t: Time) -> f64 {
@@ -126,9 +132,6 @@ impl Window {
     pub(crate) fn shed(&self) -> u64 {
         self.rejected.iter().sum::<u64>() + self.dropped.iter().sum::<u64>()
     }
-    pub(crate) fn shed_share(&self) -> f64 {
-        self.shed() as f64 / self.arrivals().max(1) as f64
-    }
 }
 
 /// What the regulator did over a run.
@@ -163,29 +166,52 @@ impl Trace {
     /// Share of the arrivals of `tier` in `[from, to)` that were shed.
     pub(crate) fn tier_shed_share(&self, tier: usize, from_ms: u64, to_ms: u64) -> f64 {
         let windows = self.between(from_ms, to_ms);
-        let shed: u64 = windows.iter().map(|w| w.rejected[tier] + w.dropped[tier]).sum();
+        let shed: u64 = windows
+            .iter()
+            .map(|w| w.rejected[tier] + w.dropped[tier])
+            .sum();
         let arrived: u64 = windows.iter().map(|w| w.arrived[tier]).sum();
         shed as f64 / arrived.max(1) as f64
     }
 
     /// The reject ratios reported at the ticks in `[from, to)`.
     pub(crate) fn ratios(&self, from_ms: u64, to_ms: u64) -> Vec<f64> {
-        let (from, to) = (Time::ZERO + Nanos::from_millis(from_ms), Time::ZERO + Nanos::from_millis(to_ms));
-        self.ticks.iter().filter(|(t, _)| *t >= from && *t < to).map(|(_, s)| s.reject_ratio).collect()
+        let (from, to) = (
+            Time::ZERO + Nanos::from_millis(from_ms),
+            Time::ZERO + Nanos::from_millis(to_ms),
+        );
+        self.ticks
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|(_, s)| s.reject_ratio)
+            .collect()
     }
 
     /// The state reported by the last tick at or before `ms`.
     pub(crate) fn state_at(&self, ms: u64) -> RegulatorState {
         let t = Time::ZERO + Nanos::from_millis(ms);
-        self.ticks.iter().take_while(|(at, _)| *at <= t).last().map(|&(_, s)| s).unwrap_or_default()
+        self.ticks
+            .iter()
+            .take_while(|(at, _)| *at <= t)
+            .last()
+            .map(|&(_, s)| s)
+            .unwrap_or_default()
     }
 
     pub(crate) fn max_queue(&self, from_ms: u64, to_ms: u64) -> usize {
-        self.between(from_ms, to_ms).iter().map(|w| w.max_queue).max().unwrap_or(0)
+        self.between(from_ms, to_ms)
+            .iter()
+            .map(|w| w.max_queue)
+            .max()
+            .unwrap_or(0)
     }
 
     pub(crate) fn max_sojourn(&self, from_ms: u64, to_ms: u64) -> Nanos {
-        self.between(from_ms, to_ms).iter().map(|w| w.max_sojourn).max().unwrap_or(Nanos::ZERO)
+        self.between(from_ms, to_ms)
+            .iter()
+            .map(|w| w.max_sojourn)
+            .max()
+            .unwrap_or(Nanos::ZERO)
     }
 }
 
@@ -200,7 +226,11 @@ struct Queue {
 
 impl Queue {
     fn prune(&mut self) {
-        while self.fifo.front().is_some_and(|(_, key)| !self.entries.contains_key(key)) {
+        while self
+            .fifo
+            .front()
+            .is_some_and(|(_, key)| !self.entries.contains_key(key))
+        {
             self.fifo.pop_front();
         }
     }
@@ -224,9 +254,15 @@ pub(crate) fn run(regulator: &mut dyn Regulator, setup: &Setup) -> Trace {
         rejected_by_rank: vec![0; RANKS],
     };
     let window_of = |t: Time| (t.as_nanos() / setup.window.as_nanos()) as usize;
-    let mut queue = Queue { entries: BTreeMap::new(), fifo: VecDeque::new() };
+    let mut queue = Queue {
+        entries: BTreeMap::new(),
+        fifo: VecDeque::new(),
+    };
     let mut completions: BinaryHeap<Reverse<Time>> = BinaryHeap::new();
-    let mut stats = QueueStats { limit: setup.servers, ..QueueStats::default() };
+    let mut stats = QueueStats {
+        limit: setup.servers,
+        ..QueueStats::default()
+    };
     let mut seq = 0u64;
     let mut next_arrival = Time::ZERO;
 
@@ -236,7 +272,11 @@ pub(crate) fn run(regulator: &mut dyn Regulator, setup: &Setup) -> Trace {
             return Nanos::from_millis(1); // idle: look again soon
         }
         let mean = 1.0 / rate;
-        Nanos::from_secs_f64(if setup.poisson { -(1.0 - rng.next_f64()).ln() * mean } else { mean })
+        Nanos::from_secs_f64(if setup.poisson {
+            -(1.0 - rng.next_f64()).ln() * mean
+        } else {
+            mean
+        })
     };
 
     loop {
@@ -337,8 +377,14 @@ mod tests {
 
         let trace = run(&mut Off, &Setup::thousand_rps(&[(5_000, 2_000.0)]));
         let served: u64 = trace.between(1_000, 5_000).iter().map(|w| w.served).sum();
-        assert!((3_950..=4_000).contains(&served), "capacity is 1000/s: {served}");
-        assert!(trace.max_queue(4_000, 5_000) > 4_000, "a second of excess per second");
+        assert!(
+            (3_950..=4_000).contains(&served),
+            "capacity is 1000/s: {served}"
+        );
+        assert!(
+            trace.max_queue(4_000, 5_000) > 4_000,
+            "a second of excess per second"
+        );
         // The entry served at t arrived at t/2: at 2x, sojourn grows at half the clock.
         assert!(trace.max_sojourn(4_900, 5_000) > Nanos::from_millis(2_400));
     }
@@ -349,7 +395,9 @@ mod tests {
         let trace = run(&mut Off, &setup);
         assert!(trace.max_sojourn(0, 3_000) <= Nanos::from_millis(200));
         let expired: u64 = trace.between(1_000, 3_000).iter().map(|w| w.expired).sum();
-        assert!((1_800..2_200).contains(&expired), "half of 2000/s expires: {expired}");
+        assert!(
+            (1_800..2_200).contains(&expired),
+            "half of 2000/s expires: {expired}"
+        );
     }
 }
-
