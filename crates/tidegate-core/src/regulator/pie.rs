@@ -4,8 +4,14 @@
 //! PIE does not timestamp entries. Every update interval it estimates the delay from Little's
 //! law, `delay = queue_len / average dequeue rate`, and moves the drop probability `p` by a
 //! proportional term on the delay's distance from the target and a derivative term on its
-//! change since the last update. Arrivals are then dropped with probability `p`. The same
-//! arithmetic with ratios of delays (not seconds) makes the gains independent of the target.
+//! change since the last update. Arrivals are then dropped with probability `p`.
+//!
+//! The gains are the RFC's, per second of delay. Kanaloa's pseudocode divides the delays by
+//! the target instead, which at 15 ms multiplies both gains by 67: in tidegate's queue driver
+//! that version swung `p` between 0.03 and 0.7 every few hundred milliseconds (the beta term
+//! amplifies the Poisson noise of a 15 ms queue sample, and only steps up are capped) and held
+//! the delay around 8 times the target, where the RFC's units settle `p` within a few percent
+//! of the excess and the delay near the target.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,11 +46,11 @@ pub struct PieConfig {
     pub update: Nanos,
     /// How long a new burst is let through untouched (`MAX_BURST`). Default 150 ms.
     pub max_burst: Nanos,
-    /// Gain on the delay's distance from the target, per update, in probability per target
-    /// (`alpha`). Default 0.125.
+    /// Gain on the delay's distance from the target: probability added per update per second
+    /// of delay above the target (`alpha`). Default 0.125.
     pub alpha: f64,
-    /// Gain on the delay's change since the last update, per update, in probability per target
-    /// (`beta`). Default 1.25.
+    /// Gain on the delay's change since the last update: probability added per update per
+    /// second of increase (`beta`). Default 1.25.
     pub beta: f64,
     /// An arrival that finds at most this many entries waiting is never dropped (the RFC's
     /// "2 packets" safeguard). Default 2.
@@ -78,7 +84,7 @@ impl Default for PieConfig {
 /// 1. The dequeue rate is measured over the interval if the queue was busy throughout (an
 ///    interval with an empty moment measures the arrivals, not the service), and averaged.
 ///    `delay = queue_len / average rate`; before any measurement, the oldest entry's wait.
-/// 2. `step = alpha * (delay - target) / target + beta * (delay - old_delay) / target`, scaled
+/// 2. `step = alpha * (delay - target) + beta * (delay - old_delay)`, delays in seconds, scaled
 ///    down while `p` is small as in RFC 8033 section 4.2: divided by 2048 below 0.000001, 512
 ///    below 0.00001, 128 below 0.0001, 32 below 0.001, 8 below 0.01 and 2 below 0.1 (Kanaloa
 ///    simplifies this to /8 and /2; the RFC's ladder lets `p` climb from zero without a jump).
