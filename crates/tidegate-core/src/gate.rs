@@ -456,11 +456,14 @@ impl Gate {
             };
             self.stats.dequeued += 1;
             let waited = now - entry.enqueued;
+            let left = self.queue.len();
             let tier = self.counters.tier(entry.priority);
             if entry.deadline <= now {
                 tier.expired += 1;
                 self.events.push_back(Event::Expired { ticket });
-            } else if self.regulator.on_dequeue(now, waited, entry.priority) == Verdict::Reject {
+            } else if self.regulator.on_dequeue(now, waited, entry.priority, left)
+                == Verdict::Reject
+            {
                 tier.rejected_regulator += 1;
                 self.events.push_back(Event::Rejected {
                     ticket,

@@ -10,6 +10,7 @@
 //!   `HillClimb`, `Autotune`).
 //! - [`regulator`]: who is turned away before queueing (`Pie`, `Codel`, `Pid`, `Off`).
 
+pub mod config;
 pub mod gate;
 pub mod limit;
 pub mod priority;

@@ -11,6 +11,9 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
+use tidegate_core::config::{
+    GateConfig, LimitAlgorithm, LimitConfig, RegulatorAlgorithm, RegulatorConfig,
+};
 use tidegate_core::gate::{Arrival, Event, Gate, Lease, Permit, QueueConfig};
 use tidegate_core::limit::{Limit, Outcome, Sample};
 use tidegate_core::queue::Ticket;
@@ -43,7 +46,7 @@ impl Regulator for Coin {
             Verdict::Admit
         }
     }
-    fn on_dequeue(&mut self, _: Time, _: Nanos, _: Priority) -> Verdict {
+    fn on_dequeue(&mut self, _: Time, _: Nanos, _: Priority, _: usize) -> Verdict {
         if self.0.chance(0.1) {
             Verdict::Reject
         } else {
@@ -173,17 +176,57 @@ impl Model {
     }
 }
 
+/// The gates under test: a synthetic limit that jumps around and a regulator that rejects at
+/// random (to reach every path quickly), then every real limit with every real regulator.
+fn gate(choice: usize, seed: u64, queue: QueueConfig) -> Gate {
+    const LIMITS: [LimitAlgorithm; 6] = [
+        LimitAlgorithm::Fixed,
+        LimitAlgorithm::Aimd,
+        LimitAlgorithm::Vegas,
+        LimitAlgorithm::Gradient2,
+        LimitAlgorithm::HillClimb,
+        LimitAlgorithm::Autotune,
+    ];
+    const REGULATORS: [RegulatorAlgorithm; 4] = [
+        RegulatorAlgorithm::Off,
+        RegulatorAlgorithm::Pie,
+        RegulatorAlgorithm::Codel,
+        RegulatorAlgorithm::Pid,
+    ];
+    match choice.checked_sub(1) {
+        None => Gate::new(
+            Box::new(Jumpy(Rng::seed(seed), 3)),
+            Box::new(Coin(Rng::seed(!seed), Time::ZERO)),
+            queue,
+        ),
+        Some(i) => GateConfig {
+            limit: LimitConfig::of(LIMITS[i % 6]),
+            regulator: RegulatorConfig::of(REGULATORS[i / 6 % 4]),
+            queue,
+        }
+        .build(),
+    }
+}
+
+const CHOICES: usize = 1 + 6 * 4;
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
     #[test]
-    fn gate_accounting_holds(seed in any::<u64>(), capacity in 0..8usize, lifo in any::<bool>(), ops in prop::collection::vec(op(), 1..300)) {
+    fn gate_accounting_holds(
+        choice in prop_oneof![3 => Just(0usize), 1 => 1..CHOICES],
+        seed in any::<u64>(),
+        capacity in 0..8usize,
+        lifo in any::<bool>(),
+        ops in prop::collection::vec(op(), 1..300),
+    ) {
         let queue = QueueConfig {
             capacity,
             timeout: Nanos::from_millis(80),
             lifo_after: lifo.then_some(Nanos::from_millis(20)),
         };
-        let mut gate = Gate::new(Box::new(Jumpy(Rng::seed(seed), 3)), Box::new(Coin(Rng::seed(!seed), Time::ZERO)), queue);
+        let mut gate = gate(choice, seed, queue);
         let mut model = Model::default();
         let mut now = Time::ZERO;
         for op in ops {

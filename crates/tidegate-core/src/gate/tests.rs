@@ -33,7 +33,7 @@ impl Regulator for Threshold {
             Verdict::Admit
         }
     }
-    fn on_dequeue(&mut self, _: Time, sojourn: Nanos, _: Priority) -> Verdict {
+    fn on_dequeue(&mut self, _: Time, sojourn: Nanos, _: Priority, _: usize) -> Verdict {
         if sojourn > self.max_wait {
             Verdict::Reject
         } else {

@@ -6,11 +6,21 @@
 //! departure into the service, and on a periodic tick) and rejects arrivals early, or drops
 //! entries that waited too long, so that what is admitted is served within its deadline.
 
+mod codel;
+mod cutoff;
 mod off;
+mod pid;
+mod pie;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 use std::fmt;
 
+pub use codel::{Codel, CodelConfig, CodelMode};
+pub use cutoff::PriorityCutoff;
 pub use off::Off;
+pub use pid::{Pid, PidConfig};
+pub use pie::{Pie, PieConfig, ShedBy};
 
 use crate::priority::Priority;
 use crate::time::{Nanos, Time};
@@ -70,8 +80,16 @@ pub trait Regulator: Send + fmt::Debug {
     fn on_arrival(&mut self, now: Time, priority: Priority, queue_len: usize) -> Verdict;
 
     /// Whether an entry that waited `sojourn` may go on into the service, or is dropped now
-    /// (CoDel drops at dequeue). The default lets everything through.
-    fn on_dequeue(&mut self, _now: Time, _sojourn: Nanos, _priority: Priority) -> Verdict {
+    /// (CoDel drops at dequeue). `queue_len` is the number of entries still waiting after this
+    /// one left: CoDel never drops the last entry of a queue that is emptying, and learns from
+    /// it that the queue has been empty. The default lets everything through.
+    fn on_dequeue(
+        &mut self,
+        _now: Time,
+        _sojourn: Nanos,
+        _priority: Priority,
+        _queue_len: usize,
+    ) -> Verdict {
         Verdict::Admit
     }
 

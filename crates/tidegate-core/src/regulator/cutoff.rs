@@ -1,0 +1,298 @@
+//! Turning "reject a fraction r of the traffic" into "reject the least important r of it".
+//!
+//! A controller (PIE, PID) decides *how much* to shed; this decides *whom*. It keeps a running
+//! histogram of the ranks of recent arrivals (one counter per rank, 768 of them, decayed with a
+//! half-life so that it follows the current mix) and, when the controller updates its ratio,
+//! finds the rank `c` such that the arrivals ranked below `c` (less important: higher rank)
+//! make up the ratio, with a fraction of rank `c` itself to make up the rest. That fraction is
+//! rejected deterministically (an error-diffusing counter, not a coin), so the rejected share
+//! is exact even when all traffic has one priority, and is not noisier than it must be.
+//!
+//! The result is Cinnamon's order: tier 5 before tier 4 before ... tier 0, and within a tier
+//! cohort 127 before cohort 126 ... before cohort 0. Because cohorts come from a shared hash of
+//! the caller, every instance that cuts at the same rank sheds the same users.
+//!
+//! Recording an arrival and deciding about one are O(1); an update walks the 768 counters.
+
+use crate::priority::RANKS;
+use crate::time::{Nanos, Time};
+
+/// The half-life the regulators give their histograms: one second of traffic is enough to
+/// know the mix, and short enough to follow a change of mix within a few seconds.
+pub(crate) const HISTORY_HALF_LIFE: Nanos = Nanos::from_secs(1);
+
+/// `x` clamped to `[0, 1]`, with NaN (from a degenerate configuration) as 0.
+pub(crate) fn unit(x: f64) -> f64 {
+    if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
+}
+
+/// Where the line is drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cut {
+    /// Nothing is rejected.
+    Nothing,
+    /// Everything is rejected.
+    Everything,
+    /// No history yet: this fraction of every rank.
+    Uniform(f64),
+    /// Every rank above `rank` is rejected, and `fraction` of `rank` itself.
+    Rank { rank: u16, fraction: f64 },
+}
+
+/// A priority cut-off on the running histogram of arrival ranks. See the module docs.
+#[derive(Clone, Debug)]
+pub struct PriorityCutoff {
+    counts: Box<[f64; RANKS]>,
+    half_life: Nanos,
+    last_update: Option<Time>,
+    ratio: f64,
+    cut: Cut,
+    /// Error-diffusion accumulator for the partial rank: a rejection each time it reaches 1.
+    carry: f64,
+}
+
+impl PriorityCutoff {
+    /// A cut-off whose histogram forgets half of its weight every `half_life` (at least 1 ns).
+    pub fn new(half_life: Nanos) -> PriorityCutoff {
+        PriorityCutoff {
+            counts: Box::new([0.0; RANKS]),
+            half_life: half_life.max(Nanos::from_nanos(1)),
+            last_update: None,
+            ratio: 0.0,
+            cut: Cut::Nothing,
+            carry: 0.0,
+        }
+    }
+
+    /// Counts an arrival of this rank (every arrival, whether or not it is then rejected: the
+    /// ratio is a share of all arrivals). Ranks past 767 count as 767.
+    pub fn record(&mut self, rank: u16) {
+        self.counts[usize::from(rank).min(RANKS - 1)] += 1.0;
+    }
+
+    /// Decays the histogram to `now` and moves the cut-off so that `ratio` (clamped to
+    /// `[0, 1]`) of the recent arrivals, the least important first, would be rejected.
+    pub fn update(&mut self, now: Time, ratio: f64) {
+        if let Some(last) = self.last_update {
+            let elapsed = (now - last).as_secs_f64() / self.half_life.as_secs_f64();
+            let factor = 0.5f64.powf(elapsed);
+            self.counts.iter_mut().for_each(|c| *c *= factor);
+        }
+        self.last_update = Some(now);
+        self.ratio = unit(ratio);
+        self.cut = self.find_cut();
+    }
+
+    fn find_cut(&self) -> Cut {
+        if self.ratio <= 0.0 {
+            return Cut::Nothing;
+        }
+        if self.ratio >= 1.0 {
+            return Cut::Everything;
+        }
+        let total: f64 = self.counts.iter().sum();
+        if total <= f64::MIN_POSITIVE {
+            return Cut::Uniform(self.ratio);
+        }
+        let target = self.ratio * total;
+        let mut above = 0.0;
+        let mut lowest_seen = None;
+        for (rank, &count) in self.counts.iter().enumerate().rev() {
+            if count <= 0.0 {
+                continue;
+            }
+            // `rank < RANKS = 768`, so it fits.
+            let rank = rank as u16;
+            if above + count >= target {
+                let fraction = ((target - above) / count).clamp(0.0, 1.0);
+                return Cut::Rank { rank, fraction };
+            }
+            above += count;
+            lowest_seen = Some(rank);
+        }
+        // Rounding kept the sum just short of the target: cut everything seen.
+        lowest_seen.map_or(Cut::Uniform(self.ratio), |rank| Cut::Rank {
+            rank,
+            fraction: 1.0,
+        })
+    }
+
+    /// Whether to reject an arrival of this rank under the current cut-off.
+    pub fn should_reject(&mut self, rank: u16) -> bool {
+        match self.cut {
+            Cut::Nothing => false,
+            Cut::Everything => true,
+            Cut::Uniform(fraction) => self.draw(fraction),
+            Cut::Rank {
+                rank: cut,
+                fraction,
+            } => rank > cut || (rank == cut && self.draw(fraction)),
+        }
+    }
+
+    fn draw(&mut self, fraction: f64) -> bool {
+        self.carry += fraction;
+        if self.carry >= 1.0 {
+            self.carry -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The ratio of the last update.
+    pub fn ratio(&self) -> f64 {
+        self.ratio
+    }
+
+    /// The least important rank still (at least partly) admitted; ranks above it are all
+    /// rejected. `None` when nothing is cut off by rank (no shedding, or no history yet).
+    pub fn cutoff_rank(&self) -> Option<u16> {
+        match self.cut {
+            Cut::Nothing | Cut::Uniform(_) => None,
+            Cut::Everything => Some(0),
+            Cut::Rank { rank, .. } => Some(rank),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::priority::Priority;
+    use crate::rng::Rng;
+
+    fn rank(tier: u32, cohort: u32) -> u16 {
+        Priority::new(tier, cohort).expect("valid").rank()
+    }
+
+    /// Records `n` arrivals drawn by `draw`, updates with `ratio`, then offers `n` more from
+    /// the same mix and returns the rejected share and the rejections per rank.
+    fn shed(ratio: f64, n: usize, mut draw: impl FnMut() -> u16) -> (f64, Vec<u32>) {
+        let mut cutoff = PriorityCutoff::new(Nanos::from_secs(3600));
+        for _ in 0..n {
+            cutoff.record(draw());
+        }
+        cutoff.update(Time::ZERO, ratio);
+        let mut rejected = vec![0u32; RANKS];
+        for _ in 0..n {
+            let r = draw();
+            cutoff.record(r);
+            if cutoff.should_reject(r) {
+                rejected[usize::from(r)] += 1;
+            }
+        }
+        let share = rejected.iter().sum::<u32>() as f64 / n as f64;
+        (share, rejected)
+    }
+
+    #[test]
+    fn single_priority_traffic_gets_the_exact_share() {
+        for ratio in [0.0, 0.013, 0.25, 0.5, 0.9, 1.0] {
+            let (share, rejected) = shed(ratio, 10_000, || rank(3, 0));
+            assert!(
+                (share - ratio).abs() <= 1e-4,
+                "ratio {ratio}: rejected {share}"
+            );
+            assert_eq!(
+                rejected.iter().filter(|&&r| r > 0).count(),
+                usize::from(ratio > 0.0)
+            );
+        }
+    }
+
+    #[test]
+    fn mixed_traffic_gets_the_share_and_loses_its_least_important_first() {
+        // Cinnamon's experiment: half tier 1, half tier 5, cohorts uniform.
+        let mut rng = Rng::seed(5);
+        let mut draw = || {
+            let tier = if rng.chance(0.5) { 1 } else { 5 };
+            rank(tier, rng.range_inclusive(0, 127) as u32)
+        };
+        let (share, rejected) = shed(0.3, 100_000, &mut draw);
+        assert!((share - 0.3).abs() < 0.01, "{share}");
+        let tier_rejections =
+            |tier: usize| rejected[tier * 128..(tier + 1) * 128].iter().sum::<u32>();
+        assert_eq!(
+            tier_rejections(1),
+            0,
+            "tier 1 is untouched while tier 5 has room to give"
+        );
+        // 30% of all is 60% of tier 5: its cohorts ~51..127, the high cohorts first.
+        let tier5 = &rejected[5 * 128..6 * 128];
+        assert!(
+            tier5[127] > 0 && tier5[60] > 0 && tier5[40] == 0 && tier5[0] == 0,
+            "{tier5:?}"
+        );
+        let first_cut = tier5.iter().position(|&r| r > 0).expect("some rejected");
+        assert!(
+            tier5[first_cut + 1..].iter().all(|&r| r > 0),
+            "contiguous from the top"
+        );
+
+        // Past tier 5, tier 1 goes too, again from its high cohorts.
+        let (share, rejected) = shed(0.75, 100_000, &mut draw);
+        assert!((share - 0.75).abs() < 0.01, "{share}");
+        assert!(rejected[5 * 128..].iter().all(|&r| r > 0), "all of tier 5");
+        let tier1 = &rejected[128..256];
+        assert!(tier1[127] > 0 && tier1[0] == 0, "{tier1:?}");
+    }
+
+    #[test]
+    fn empty_ranks_above_the_cut_are_rejected_below_are_not() {
+        let mut cutoff = PriorityCutoff::new(Nanos::from_secs(1));
+        for _ in 0..100 {
+            cutoff.record(rank(2, 0));
+            cutoff.record(rank(4, 0));
+        }
+        cutoff.update(Time::ZERO, 0.5);
+        assert_eq!(cutoff.cutoff_rank(), Some(rank(4, 0)));
+        assert!(
+            cutoff.should_reject(rank(5, 0)),
+            "unseen and less important"
+        );
+        assert!(cutoff.should_reject(rank(4, 1)));
+        assert!(
+            !cutoff.should_reject(rank(3, 127)),
+            "unseen but more important"
+        );
+        assert!(!cutoff.should_reject(rank(2, 0)));
+    }
+
+    #[test]
+    fn no_history_sheds_uniformly_and_extremes_are_absolute() {
+        let mut cutoff = PriorityCutoff::new(Nanos::from_secs(1));
+        cutoff.update(Time::ZERO, 0.25);
+        assert_eq!(cutoff.cutoff_rank(), None);
+        let rejected = (0..1000)
+            .filter(|i| cutoff.should_reject((i % 768) as u16))
+            .count();
+        assert_eq!(rejected, 250);
+        cutoff.update(Time::ZERO, 1.5);
+        assert_eq!(cutoff.ratio(), 1.0);
+        assert!(
+            cutoff.should_reject(0),
+            "ratio 1 rejects even the most important"
+        );
+        cutoff.update(Time::ZERO, f64::NAN);
+        assert!(!cutoff.should_reject(767), "NaN is no shedding");
+    }
+
+    #[test]
+    fn history_decays_so_the_cut_follows_a_change_of_mix() {
+        let mut cutoff = PriorityCutoff::new(Nanos::from_secs(1));
+        for _ in 0..1000 {
+            cutoff.record(rank(5, 0));
+        }
+        cutoff.update(Time::ZERO, 0.5);
+        assert_eq!(cutoff.cutoff_rank(), Some(rank(5, 0)));
+        // Ten half-lives later the old tier-5 traffic weighs ~1 arrival; now all is tier 0.
+        let later = Time::ZERO + Nanos::from_secs(10);
+        cutoff.update(later, 0.5);
+        for _ in 0..1000 {
+            cutoff.record(rank(0, 0));
+        }
+        cutoff.update(later, 0.5);
+        assert_eq!(cutoff.cutoff_rank(), Some(rank(0, 0)));
+    }
+}

@@ -1,0 +1,493 @@
+//! PIE, Proportional Integral controller Enhanced (RFC 8033), as Kanaloa uses it in front of a
+//! service: a drop probability steered by the queueing delay the gate's queue would impose.
+//!
+//! PIE does not timestamp entries. Every update interval it estimates the delay from Little's
+//! law, `delay = queue_len / average dequeue rate`, and moves the drop probability `p` by a
+//! proportional term on the delay's distance from the target and a derivative term on its
+//! change since the last update. Arrivals are then dropped with probability `p`.
+//!
+//! The gains are the RFC's, per second of delay. Kanaloa's pseudocode divides the delays by
+//! the target instead, which at 15 ms multiplies both gains by 67: in tidegate's queue driver
+//! that version swung `p` between 0.03 and 0.7 every few hundred milliseconds (the beta term
+//! amplifies the Poisson noise of a 15 ms queue sample, and only steps up are capped) and held
+//! the delay around 8 times the target, where the RFC's units settle `p` within a few percent
+//! of the excess and the delay near the target.
+
+use serde::{Deserialize, Serialize};
+
+use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff, unit};
+use super::{QueueStats, Regulator, RegulatorState, Verdict};
+use crate::priority::Priority;
+use crate::rng::Rng;
+use crate::time::{Nanos, Time};
+
+/// Weight of a new dequeue-rate measurement in the running average. Measurements are one update
+/// interval long (a handful of dequeues at low rates), so the average spans about 8 of them.
+const RATE_WEIGHT: f64 = 0.125;
+
+/// How PIE picks the arrivals it drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShedBy {
+    /// A seeded coin with probability `p` for each arrival, whatever its priority (RFC 8033,
+    /// Kanaloa).
+    Random,
+    /// The least important `p` of the recent traffic, through a [`PriorityCutoff`].
+    Priority,
+}
+
+/// Configuration of [`Pie`]. The defaults are RFC 8033's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PieConfig {
+    /// Queueing delay PIE steers to (`QDELAY_REF`). Default 15 ms.
+    pub target: Nanos,
+    /// Time between updates of the drop probability (`T_UPDATE`). Default 15 ms.
+    pub update: Nanos,
+    /// How long a new burst is let through untouched (`MAX_BURST`). Default 150 ms.
+    pub max_burst: Nanos,
+    /// Gain on the delay's distance from the target: probability added per update per second
+    /// of delay above the target (`alpha`). Default 0.125.
+    pub alpha: f64,
+    /// Gain on the delay's change since the last update: probability added per update per
+    /// second of increase (`beta`). Default 1.25.
+    pub beta: f64,
+    /// An arrival that finds at most this many entries waiting is never dropped (the RFC's
+    /// "2 packets" safeguard). Default 2.
+    pub min_queue: usize,
+    /// Random (default, as RFC 8033 and Kanaloa) or by priority.
+    pub shed_by: ShedBy,
+    /// Seed of the drop draws when shedding at random. Default 0.
+    pub seed: u64,
+}
+
+impl Default for PieConfig {
+    fn default() -> PieConfig {
+        PieConfig {
+            target: Nanos::from_millis(15),
+            update: Nanos::from_millis(15),
+            max_burst: Nanos::from_millis(150),
+            alpha: 0.125,
+            beta: 1.25,
+            min_queue: 2,
+            shed_by: ShedBy::Random,
+            seed: 0,
+        }
+    }
+}
+
+/// RFC 8033 PIE as Kanaloa applies it to requests. Defaults: target 15 ms, update 15 ms, max
+/// burst 150 ms, alpha 0.125, beta 1.25.
+///
+/// Every `update`:
+///
+/// 1. The dequeue rate is measured over the interval if the queue was busy throughout (an
+///    interval with an empty moment measures the arrivals, not the service), and averaged.
+///    `delay = queue_len / average rate`; before any measurement, the oldest entry's wait.
+/// 2. `step = alpha * (delay - target) + beta * (delay - old_delay)`, delays in seconds, scaled
+///    down while `p` is small as in RFC 8033 section 4.2: divided by 2048 below 0.000001, 512
+///    below 0.00001, 128 below 0.0001, 32 below 0.001, 8 below 0.01 and 2 below 0.1 (Kanaloa
+///    simplifies this to /8 and /2; the RFC's ladder lets `p` climb from zero without a jump).
+///    Above 0.1, a step up is capped at 0.02 (RFC 8033's pseudocode, Linux `sch_pie`).
+/// 3. `p += step`; if both `delay` and `old_delay` are zero, `p *= 0.98`; `p` is kept in
+///    `[0, 1]`.
+/// 4. The burst allowance shrinks by the elapsed time, and is re-armed to `max_burst` when
+///    `p == 0` and both delays are below half the target.
+///
+/// On arrival: while the burst allowance lasts, everything is admitted. Otherwise an arrival
+/// is admitted without a draw when `old_delay < target / 2` and `p < 0.2` (the queue is not
+/// congested), or when at most `min_queue` entries wait; the rest are dropped with
+/// probability `p`, at random or by priority.
+///
+/// Left out from the RFC: de-randomization (section 5.1), which needs a uniform coin and
+/// brings nothing to priority shedding; and the active/inactive switch on queue length, which
+/// the burst allowance and the safeguards cover.
+#[derive(Debug)]
+pub struct Pie {
+    target: f64,
+    update: Nanos,
+    max_burst: Nanos,
+    alpha: f64,
+    beta: f64,
+    min_queue: usize,
+    shed_by: ShedBy,
+    /// Drop probability.
+    p: f64,
+    /// The delay estimated at the last update, in seconds.
+    old_delay: f64,
+    burst: Nanos,
+    /// Average dequeue rate, per second, once measured.
+    rate: Option<f64>,
+    last_tick: Option<Time>,
+    last_dequeued: u64,
+    rng: Rng,
+    cutoff: PriorityCutoff,
+}
+
+impl Pie {
+    pub fn new(config: &PieConfig) -> Pie {
+        Pie {
+            target: config.target.max(Nanos::from_nanos(1)).as_secs_f64(),
+            update: config.update.max(Nanos::from_nanos(1)),
+            max_burst: config.max_burst,
+            alpha: config.alpha,
+            beta: config.beta,
+            min_queue: config.min_queue,
+            shed_by: config.shed_by,
+            p: 0.0,
+            old_delay: 0.0,
+            burst: config.max_burst,
+            rate: None,
+            last_tick: None,
+            last_dequeued: 0,
+            rng: Rng::seed(config.seed),
+            cutoff: PriorityCutoff::new(HISTORY_HALF_LIFE),
+        }
+    }
+
+    /// The current drop probability.
+    pub fn probability(&self) -> f64 {
+        self.p
+    }
+
+    /// RFC 8033 section 4.2: small probabilities move in small steps.
+    fn scale(p: f64) -> f64 {
+        match p {
+            p if p < 0.000_001 => 1.0 / 2048.0,
+            p if p < 0.000_01 => 1.0 / 512.0,
+            p if p < 0.000_1 => 1.0 / 128.0,
+            p if p < 0.001 => 1.0 / 32.0,
+            p if p < 0.01 => 1.0 / 8.0,
+            p if p < 0.1 => 1.0 / 2.0,
+            _ => 1.0,
+        }
+    }
+
+    fn estimate_delay(&mut self, now: Time, last: Time, queue: &QueueStats) -> f64 {
+        let elapsed = (now - last).as_secs_f64();
+        let dequeued = queue.dequeued.saturating_sub(self.last_dequeued);
+        if queue.last_empty < last && elapsed > 0.0 {
+            let sample = dequeued as f64 / elapsed;
+            let average = self
+                .rate
+                .map_or(sample, |avg| avg + RATE_WEIGHT * (sample - avg));
+            self.rate = Some(average);
+        }
+        match self.rate {
+            _ if queue.len == 0 => 0.0,
+            Some(rate) if rate > 0.0 => queue.len as f64 / rate,
+            _ => queue.oldest_wait.as_secs_f64(),
+        }
+    }
+}
+
+impl Regulator for Pie {
+    fn on_arrival(&mut self, _: Time, priority: Priority, queue_len: usize) -> Verdict {
+        if self.shed_by == ShedBy::Priority {
+            self.cutoff.record(priority.rank());
+        }
+        if !self.burst.is_zero() {
+            return Verdict::Admit;
+        }
+        let uncongested = self.old_delay < self.target / 2.0 && self.p < 0.2;
+        if uncongested || queue_len <= self.min_queue {
+            return Verdict::Admit;
+        }
+        let drop = match self.shed_by {
+            ShedBy::Random => self.rng.chance(self.p),
+            ShedBy::Priority => self.cutoff.should_reject(priority.rank()),
+        };
+        if drop {
+            Verdict::Reject
+        } else {
+            Verdict::Admit
+        }
+    }
+
+    fn tick(&mut self, now: Time, queue: &QueueStats) {
+        let Some(last) = self.last_tick.replace(now) else {
+            self.last_dequeued = queue.dequeued;
+            return;
+        };
+        let delay = self.estimate_delay(now, last, queue);
+        self.last_dequeued = queue.dequeued;
+
+        let mut step = (self.alpha * (delay - self.target) + self.beta * (delay - self.old_delay))
+            * Pie::scale(self.p);
+        if self.p >= 0.1 && step > 0.02 {
+            step = 0.02;
+        }
+        self.p += step;
+        if delay == 0.0 && self.old_delay == 0.0 {
+            self.p *= 0.98;
+        }
+        self.p = unit(self.p);
+
+        self.burst = self.burst - (now - last);
+        let calm = delay < self.target / 2.0 && self.old_delay < self.target / 2.0;
+        if self.p == 0.0 && calm {
+            self.burst = self.max_burst;
+        }
+        self.old_delay = delay;
+        if self.shed_by == ShedBy::Priority {
+            self.cutoff.update(now, self.p);
+        }
+    }
+
+    fn next_tick(&self) -> Time {
+        self.last_tick.map_or(Time::ZERO, |last| last + self.update)
+    }
+
+    fn state(&self) -> RegulatorState {
+        RegulatorState {
+            reject_ratio: self.p,
+            cutoff_rank: match self.shed_by {
+                ShedBy::Priority => self.cutoff.cutoff_rank(),
+                ShedBy::Random => None,
+            },
+            burst: !self.burst.is_zero(),
+            overloaded: self.p > 0.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regulator::testkit::{Mix, Setup, run};
+
+    /// Ticks a regulator every 15 ms with a queue of a given length that the service empties
+    /// at 1000 entries per second, so that PIE's delay estimate is `len` milliseconds.
+    struct Feed {
+        now: Time,
+        dequeued: u64,
+    }
+
+    impl Feed {
+        fn new() -> Feed {
+            Feed {
+                now: Time::ZERO + Nanos::from_millis(1),
+                dequeued: 0,
+            }
+        }
+
+        fn tick(&mut self, pie: &mut Pie, len: usize) {
+            let stats = QueueStats {
+                len,
+                dequeued: self.dequeued,
+                ..QueueStats::default()
+            };
+            pie.tick(self.now, &stats);
+            self.now += Nanos::from_millis(15);
+            self.dequeued += 15;
+        }
+    }
+
+    #[test]
+    fn probability_rises_while_the_delay_is_above_target_and_falls_to_zero_once_drained() {
+        let mut pie = Pie::new(&PieConfig::default());
+        let mut feed = Feed::new();
+        feed.tick(&mut pie, 30);
+        feed.tick(&mut pie, 30);
+        let mut previous = pie.probability();
+        for _ in 0..200 {
+            feed.tick(&mut pie, 30); // 30 ms: twice the target
+            assert!(
+                pie.probability() > previous,
+                "{} after {previous}",
+                pie.probability()
+            );
+            previous = pie.probability();
+        }
+        // alpha * 15 ms = 0.0019 per update once p > 10%: about 0.125 per second.
+        assert!(
+            (0.12..0.25).contains(&previous),
+            "3 s at twice the target: {previous}"
+        );
+        assert!(!pie.state().burst, "the allowance ran out");
+        for _ in 0..10 {
+            feed.tick(&mut pie, 10); // 10 ms: below target
+            assert!(pie.probability() < previous);
+            previous = pie.probability();
+        }
+        let mut updates = 0;
+        while pie.probability() > 0.0 && updates < 1_000 {
+            feed.tick(&mut pie, 0);
+            assert!(pie.probability() < previous || pie.probability() == 0.0);
+            previous = pie.probability();
+            updates += 1;
+        }
+        // The 2% decay and the shrinking steps of the ladder: about 1.5 s from p = 0.15.
+        assert!(
+            (50..150).contains(&updates),
+            "back to zero in {updates} updates of 15 ms"
+        );
+        assert!(
+            pie.state().burst,
+            "calm again: the burst allowance is re-armed"
+        );
+    }
+
+    #[test]
+    fn small_probabilities_move_in_the_rfc_ladder_of_steps() {
+        let config = PieConfig::default();
+        let mut pie = Pie::new(&config);
+        let mut feed = Feed::new();
+        feed.tick(&mut pie, 30);
+        feed.tick(&mut pie, 30);
+        // The delay now stays at 30 ms, so the beta term is zero and each step is
+        // alpha * (30 ms - 15 ms) divided by the scale of the probability before it.
+        let mut scales_seen = Vec::new();
+        for _ in 0..300 {
+            let before = pie.probability();
+            feed.tick(&mut pie, 30);
+            let expected = (config.alpha * 0.015 / Pie::scale(before).recip()).min(0.02);
+            let step = pie.probability() - before;
+            assert!(
+                (step - expected).abs() < 1e-12,
+                "at p = {before}: step {step}, expected {expected}"
+            );
+            let scale = Pie::scale(before).recip() as u32;
+            if scales_seen.last() != Some(&scale) {
+                scales_seen.push(scale);
+            }
+        }
+        assert_eq!(scales_seen, [128, 32, 8, 2, 1], "from p ~ 2e-5 up past 10%");
+    }
+
+    #[test]
+    fn decays_by_two_percent_per_update_when_there_is_no_delay() {
+        let mut pie = Pie::new(&PieConfig {
+            alpha: 0.0,
+            ..PieConfig::default()
+        });
+        let mut feed = Feed::new();
+        feed.tick(&mut pie, 0);
+        pie.p = 0.5;
+        feed.tick(&mut pie, 0);
+        assert!(
+            (pie.probability() - 0.49).abs() < 1e-12,
+            "{}",
+            pie.probability()
+        );
+    }
+
+    #[test]
+    fn safeguards_admit_short_queues_and_an_uncongested_queue() {
+        let mut pie = Pie::new(&PieConfig::default());
+        let mut feed = Feed::new();
+        for _ in 0..190 {
+            feed.tick(&mut pie, 30);
+        }
+        let p = pie.probability();
+        assert!(p > 0.1 && p < 0.2 && !pie.state().burst, "{p}");
+        let priority = Priority::default();
+        let rejected = |pie: &mut Pie, queue_len| {
+            (0..10_000)
+                .filter(|_| pie.on_arrival(Time::ZERO, priority, queue_len) == Verdict::Reject)
+                .count()
+        };
+        assert_eq!(rejected(&mut pie, 2), 0, "at most 2 waiting: never dropped");
+        let dropped = rejected(&mut pie, 100);
+        assert!(
+            (dropped as f64 - p * 10_000.0).abs() < 300.0,
+            "p = {p}: {dropped} of 10000"
+        );
+        // One update with a 5 ms delay: p is still above 10%, but the last delay is below half
+        // the target, so PIE does not drop.
+        feed.tick(&mut pie, 5);
+        assert!(pie.probability() > 0.05 && pie.probability() < 0.2);
+        assert_eq!(rejected(&mut pie, 100), 0);
+    }
+
+    #[test]
+    fn a_burst_shorter_than_the_allowance_passes_untouched() {
+        // Half capacity, then 20 ms at three times capacity: 40 entries of queue, drained in
+        // ~80 ms, all within the 150 ms allowance.
+        let short = Setup::thousand_rps(&[(2_000, 500.0), (20, 3_000.0), (2_000, 500.0)]);
+        let trace = run(&mut Pie::new(&PieConfig::default()), &short);
+        assert!(trace.max_queue(2_000, 2_100) > 30, "the burst did queue");
+        assert_eq!(trace.shed_share(0, 4_000), 0.0);
+        assert!(
+            trace
+                .ticks
+                .iter()
+                .all(|(_, s)| s.burst || s.reject_ratio < 0.01)
+        );
+
+        // The same spike for 500 ms outlasts the allowance and is regulated.
+        let long = Setup::thousand_rps(&[(2_000, 500.0), (500, 3_000.0), (2_000, 500.0)]);
+        let trace = run(&mut Pie::new(&PieConfig::default()), &long);
+        assert!(
+            trace.shed_share(2_000, 2_500) > 0.2,
+            "{}",
+            trace.shed_share(2_000, 2_500)
+        );
+        assert!(!trace.state_at(2_400).burst);
+    }
+
+    #[test]
+    fn holds_the_delay_near_target_under_twice_the_capacity_then_lets_go() {
+        let setup = Setup::thousand_rps(&[(1_000, 500.0), (10_000, 2_000.0), (5_000, 500.0)]);
+        let trace = run(&mut Pie::new(&PieConfig::default()), &setup);
+        let shed = trace.shed_share(4_000, 11_000);
+        assert!((0.45..0.55).contains(&shed), "sheds the excess: {shed}");
+        // Queue length in entries is the delay in ms at 1000 per second.
+        let queue = trace.max_queue(4_000, 11_000);
+        assert!(
+            queue < 80,
+            "the delay stays within a few targets: {queue} ms"
+        );
+        let served: u64 = trace.between(4_000, 11_000).iter().map(|w| w.served).sum();
+        assert!(served > 6_900, "the service is kept busy: {served}");
+        assert_eq!(trace.state_at(14_000).reject_ratio, 0.0);
+        assert_eq!(trace.shed_share(13_000, 16_000), 0.0);
+    }
+
+    #[test]
+    fn shed_by_priority_takes_the_lowest_ranks_first() {
+        let config = PieConfig {
+            shed_by: ShedBy::Priority,
+            ..PieConfig::default()
+        };
+        let setup = Setup::thousand_rps(&[(1_000, 500.0), (10_000, 1_500.0)])
+            .with_mix(Mix::Tiers(vec![1, 5]));
+        let trace = run(&mut Pie::new(&config), &setup);
+        let total = trace.shed_share(4_000, 11_000);
+        assert!((0.28..0.40).contains(&total), "a third of 1500/s: {total}");
+        let tier1 = trace.tier_shed_share(1, 4_000, 11_000);
+        let tier5 = trace.tier_shed_share(5, 4_000, 11_000);
+        assert!(
+            tier1 < 0.02 && tier5 > 0.55,
+            "tier 1 {tier1}, tier 5 {tier5}"
+        );
+        let share = |from: u16, to: u16| {
+            let ranks = usize::from(Priority::new(5, from.into()).expect("valid").rank())
+                ..usize::from(Priority::new(5, to.into()).expect("valid").rank());
+            trace.rejected_by_rank[ranks.clone()].iter().sum::<u64>() as f64
+                / trace.arrived_by_rank[ranks].iter().sum::<u64>() as f64
+        };
+        assert!(
+            share(96, 127) > 0.8 && share(0, 32) < 0.3,
+            "{} vs {}",
+            share(96, 127),
+            share(0, 32)
+        );
+        assert!(
+            trace
+                .state_at(8_000)
+                .cutoff_rank
+                .is_some_and(|r| r >= 5 * 128)
+        );
+    }
+
+    #[test]
+    fn configuration_reads_durations_and_rejects_unknown_keys() {
+        let config: PieConfig =
+            toml::from_str("target = \"20ms\"\nshed_by = \"priority\"").expect("valid");
+        assert_eq!(config.target, Nanos::from_millis(20));
+        assert_eq!(config.shed_by, ShedBy::Priority);
+        assert_eq!(config.max_burst, Nanos::from_millis(150));
+        assert!(toml::from_str::<PieConfig>("tarket = \"20ms\"").is_err());
+    }
+}
