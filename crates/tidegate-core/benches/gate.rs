@@ -7,29 +7,78 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use tidegate_core::gate::{Arrival, Gate, QueueConfig};
-use tidegate_core::limit::{Fixed, FixedConfig, Outcome};
+use tidegate_core::config::{
+    GateConfig, LimitAlgorithm, LimitConfig, RegulatorAlgorithm, RegulatorConfig,
+};
+use tidegate_core::gate::Arrival;
+use tidegate_core::limit::Outcome;
 use tidegate_core::queue::{Entry, Order, PriorityQueue};
-use tidegate_core::regulator::Off;
 use tidegate_core::{Nanos, Priority, Time};
 
+/// One request through an uncontended gate: arrive, admitted at once, complete. Time moves
+/// 1 us per request and each takes 100 us, so the limits see a steady, healthy service and
+/// the regulators an empty queue: the fast path every request takes when there is no
+/// overload.
 fn arrive_complete(c: &mut Criterion) {
-    let mut group = c.benchmark_group("gate");
-    let mut gate = Gate::new(
-        Box::new(Fixed::new(&FixedConfig { limit: 1000 })),
-        Box::new(Off),
-        QueueConfig::default(),
-    );
+    let mut group = c.benchmark_group("gate/arrive+complete");
+    let fixed = {
+        let mut limit = LimitConfig::of(LimitAlgorithm::Fixed);
+        limit.fixed.limit = 1000;
+        limit
+    };
+    let mut configs = vec![
+        (
+            "fixed+off".to_owned(),
+            GateConfig {
+                limit: fixed.clone(),
+                regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
+                ..GateConfig::default()
+            },
+        ),
+        ("default".to_owned(), GateConfig::default()),
+    ];
+    for limit in [
+        LimitAlgorithm::Aimd,
+        LimitAlgorithm::Vegas,
+        LimitAlgorithm::Gradient2,
+        LimitAlgorithm::HillClimb,
+        LimitAlgorithm::Autotune,
+    ] {
+        let config = GateConfig {
+            limit: LimitConfig::of(limit),
+            regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
+            ..GateConfig::default()
+        };
+        configs.push((format!("{limit:?}+off").to_lowercase(), config));
+    }
+    for regulator in [
+        RegulatorAlgorithm::Pie,
+        RegulatorAlgorithm::Codel,
+        RegulatorAlgorithm::Pid,
+    ] {
+        let config = GateConfig {
+            limit: fixed.clone(),
+            regulator: RegulatorConfig::of(regulator),
+            ..GateConfig::default()
+        };
+        configs.push((format!("fixed+{regulator:?}").to_lowercase(), config));
+    }
     let priority = Priority::new(1, 17).expect("valid");
-    let mut now = Time::ZERO;
-    group.bench_function("arrive+complete/fixed+off", |b| {
-        b.iter(|| {
-            now += Nanos::from_micros(1);
-            if let Arrival::Admitted(permit) = gate.arrive(now, black_box(priority)) {
-                gate.complete(now + Nanos::from_micros(100), permit, Outcome::Success);
-            }
-        })
-    });
+    for (name, config) in configs {
+        let mut gate = config.build();
+        let mut now = Time::ZERO;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                now += Nanos::from_micros(1);
+                if now >= gate.next_tick() {
+                    gate.tick(now);
+                }
+                if let Arrival::Admitted(permit) = gate.arrive(now, black_box(priority)) {
+                    gate.complete(now + Nanos::from_micros(100), permit, Outcome::Success);
+                }
+            })
+        });
+    }
     group.finish();
 }
 

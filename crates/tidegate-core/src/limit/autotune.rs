@@ -137,7 +137,7 @@ enum Move {
 ///
 /// Defaults: initial 20, range 1..=1000 (Cinnamon is zero-configuration and started at ~240 in
 /// its experiment; 20 is the convention of the other limits here), and the values above, chosen
-/// on the synthetic service of `limit::testkit` and documented in `docs/algorithms/autotune.md`.
+/// on the synthetic service of `limit::testkit` and documented in `docs/algorithms.md`.
 #[derive(Clone, Debug)]
 pub struct Autotune {
     config: AutotuneConfig,

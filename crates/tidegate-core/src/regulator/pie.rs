@@ -36,7 +36,7 @@ pub enum ShedBy {
     Priority,
 }
 
-/// Configuration of [`Pie`]. The defaults are RFC 8033's.
+/// Configuration of [`Pie`]. The defaults are RFC 8033's, but for `shed_by`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PieConfig {
@@ -55,7 +55,9 @@ pub struct PieConfig {
     /// An arrival that finds at most this many entries waiting is never dropped (the RFC's
     /// "2 packets" safeguard). Default 2.
     pub min_queue: usize,
-    /// Random (default, as RFC 8033 and Kanaloa) or by priority.
+    /// By priority (default) or at random (as RFC 8033 and Kanaloa). With a single priority
+    /// both shed the same share; with several, shedding by priority turns away the least
+    /// important first, which is the point of tidegate.
     pub shed_by: ShedBy,
     /// Seed of the drop draws when shedding at random. Default 0.
     pub seed: u64,
@@ -70,7 +72,7 @@ impl Default for PieConfig {
             alpha: 0.125,
             beta: 1.25,
             min_queue: 2,
-            shed_by: ShedBy::Random,
+            shed_by: ShedBy::Priority,
             seed: 0,
         }
     }
