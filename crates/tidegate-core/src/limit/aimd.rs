@@ -304,9 +304,7 @@ mod tests {
         // The client gives up at 150 ms and the gate records it as a success with rtt pinned
         // at 150 ms. Counting `rtt >= timeout` (not only `>`) as a drop makes the pinned rtt
         // a backoff signal, so the limit keeps the same sawtooth as with honest drops.
-        let mut service = Service::kanaloa();
-        service.timeout = Some(Nanos::from_millis(150));
-        service.timeouts_look_like_success = true;
+        let service = Service::stable_timeout(Nanos::from_millis(150));
         let trace = run(&mut latency_aimd(20), &service, Load::Saturating, secs(60));
         assert!(trace.max_limit() < 70, "{}", trace.max_limit());
         let mean = trace.mean_limit(secs(10), secs(60));

@@ -483,9 +483,7 @@ mod tests {
         // rtt is exactly 300 ms and throughput = limit / 0.3 s, rising with the limit. Latency
         // is flat (no queue to see) and elasticity is 1 (concurrency seems to pay): nothing
         // in the samples tells this apart from a bigger service.
-        let mut service = Service::kanaloa();
-        service.timeout = Some(Nanos::from_millis(300));
-        service.timeouts_look_like_success = true;
+        let service = Service::stable_timeout(Nanos::from_millis(300));
         // Weakness, pinned: not told the timeout and started in the pinned region, it runs away.
         let mut a = Autotune::new(&config(100));
         let blind = run(&mut a, &service, Load::Saturating, secs(180));

@@ -344,9 +344,7 @@ mod tests {
     fn stable_timeout_is_a_drop_when_the_timeout_is_known() {
         // rtt pinned at a 150 ms client timeout, recorded as success. Told the timeout,
         // Gradient2 cuts on each pinned answer and stays near 20-50 (mean ~28), even from 200.
-        let mut service = Service::kanaloa();
-        service.timeout = Some(Nanos::from_millis(150));
-        service.timeouts_look_like_success = true;
+        let service = Service::stable_timeout(Nanos::from_millis(150));
         let told = Gradient2Config {
             initial_limit: 200,
             timeout: Nanos::from_millis(150),

@@ -504,9 +504,7 @@ mod tests {
         // The client gives up at 300 ms and the give-up looks like a success. Past 50 in
         // flight every request "succeeds" in exactly 300 ms, so throughput = limit / 0.3 s
         // grows with the limit: to a hill climber bigger looks better.
-        let mut service = Service::kanaloa();
-        service.timeout = Some(Nanos::from_millis(300));
-        service.timeouts_look_like_success = true;
+        let service = Service::stable_timeout(Nanos::from_millis(300));
         // Weakness, pinned: not told the timeout and started above 50, it climbs away.
         let mut hc = HillClimb::new(&config(60));
         let blind = run(&mut hc, &service, Load::Saturating, secs(600));

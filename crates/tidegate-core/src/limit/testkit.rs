@@ -76,6 +76,16 @@ impl Service {
             .map_or(self.base, |&(_, base)| base)
     }
 
+    /// The same service behind a client that gives up at `timeout` and reports the give-up
+    /// as a success with rtt `timeout`: the "stable timeout" that fools latency-based limits.
+    pub(crate) fn stable_timeout(timeout: Nanos) -> Service {
+        Service {
+            timeout: Some(timeout),
+            timeouts_look_like_success: true,
+            ..Service::kanaloa()
+        }
+    }
+
     /// The same service whose capacity halves from `at` until `until`, then recovers.
     pub(crate) fn halving(at: Nanos, until: Nanos) -> Service {
         let mut s = Service::kanaloa();

@@ -483,9 +483,7 @@ mod tests {
     fn stable_timeout_is_a_drop_when_the_timeout_is_known() {
         // The client gives up at 150 ms and it is recorded as a success with rtt pinned at
         // 150 ms. From 200 every answer is pinned: a constant rtt reads as "no queue".
-        let mut service = Service::kanaloa();
-        service.timeout = Some(Nanos::from_millis(150));
-        service.timeouts_look_like_success = true;
+        let service = Service::stable_timeout(Nanos::from_millis(150));
         let config = VegasConfig {
             initial_limit: 200,
             timeout: Nanos::from_millis(150),
@@ -519,10 +517,10 @@ mod tests {
             .limit_at(secs(19))
                 < 40
         );
-        service.timeout = Some(Nanos::from_millis(80));
+        let slower_than_the_client = Service::stable_timeout(Nanos::from_millis(80));
         let trace = run(
             &mut Vegas::new(&blind),
-            &service,
+            &slower_than_the_client,
             Load::Saturating,
             secs(20),
         );
@@ -531,7 +529,12 @@ mod tests {
             timeout: Nanos::from_millis(80),
             ..blind
         };
-        let trace = run(&mut Vegas::new(&told), &service, Load::Saturating, secs(20));
+        let trace = run(
+            &mut Vegas::new(&told),
+            &slower_than_the_client,
+            Load::Saturating,
+            secs(20),
+        );
         assert_eq!(trace.limit_at(secs(19)), 1);
     }
 
