@@ -6,6 +6,12 @@
 //! At any instant `arrived == outcomes + in flight + queued`, per tier and in total, so that
 //! anyone can reconcile the counters.
 //!
+//! A thread-safe front end can admit without taking a lock while nothing is queued: the gate
+//! *lends* it its free slots ([`Gate::lend`]), the front end hands them out with an atomic
+//! decrement, and each comes back through [`Gate::complete_lent`] or [`Gate::cancel_lent`],
+//! which count the request then. Lent slots are in flight from the moment they are lent, so
+//! the limit holds; the reconciliation reads `arrived == ended + (in flight - lent) + queued`.
+//!
 //! Like quinn-proto's connection, the gate does no I/O and reads no clock. Calls return what
 //! they decide at once ([`Arrival`]); what happens to *other* requests as a consequence (a slot
 //! freed by a completion admits the next queued request, a tick expires a few) is queued as
@@ -117,6 +123,32 @@ pub enum Event {
     },
 }
 
+/// A slot lent to a lock-free front end and used by a request: what the gate needs to know
+/// about it when it comes back (see [`Gate::lend`]).
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a lent permit holds a slot until it is handed back to the gate"]
+pub struct LentPermit {
+    admitted: Time,
+    inflight: u32,
+    priority: Priority,
+}
+
+impl LentPermit {
+    /// A request of `priority` took a lent slot at `admitted`, with `inflight` requests in
+    /// flight counting itself (the front end's own count).
+    pub fn new(priority: Priority, admitted: Time, inflight: u32) -> LentPermit {
+        LentPermit {
+            admitted,
+            inflight,
+            priority,
+        }
+    }
+
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+}
+
 /// A cap on the limit granted by the service itself (see `docs/lease.md`): at most `allowed`
 /// in flight until `expires`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,7 +237,10 @@ impl Counters {
 /// A point-in-time view of a gate, for status pages and metrics.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Snapshot {
+    /// Requests in the service, lent slots included.
     pub inflight: u32,
+    /// Slots lent to a lock-free front end and not yet returned, used or not.
+    pub lent: u32,
     /// The limit in force (the algorithm's, capped by a lease).
     pub limit: u32,
     pub queued: usize,
@@ -225,7 +260,10 @@ pub struct Gate {
     /// `limit.limit()` capped by the lease, refreshed whenever either changes.
     effective_limit: u32,
     lease: Option<Lease>,
+    /// In the service, lent slots included.
     inflight: u32,
+    /// Lent out and not yet returned.
+    lent: u32,
     last_empty: Time,
     counters: Counters,
     stats: QueueStats,
@@ -243,6 +281,7 @@ impl Gate {
             effective_limit,
             lease: None,
             inflight: 0,
+            lent: 0,
             last_empty: Time::ZERO,
             counters: Counters::default(),
             stats: QueueStats::default(),
@@ -332,6 +371,81 @@ impl Gate {
         self.fill(now);
     }
 
+    /// Lends every free slot to a lock-free front end, if arrivals may be admitted without
+    /// asking anything: nothing is queued, no lease forbids it, and the regulator is
+    /// [transparent](Regulator::transparent). Returns how many slots were lent (possibly 0).
+    ///
+    /// The front end hands them to arrivals without calling [`Gate::arrive`], returns each
+    /// used one through [`Gate::complete_lent`] or [`Gate::cancel_lent`], and gives the unused
+    /// ones back with [`Gate::reclaim`] before it next calls `arrive` (otherwise the gate
+    /// would see the service as fuller than it is).
+    pub fn lend(&mut self, now: Time) -> u32 {
+        if !self.queue.is_empty() || !self.regulator.transparent() {
+            return 0;
+        }
+        if let Some(lease) = self.lease {
+            if now >= lease.expires {
+                self.end_lease();
+            } else if lease.allowed == 0 {
+                return 0;
+            }
+        }
+        let free = self.effective_limit.saturating_sub(self.inflight);
+        self.inflight += free;
+        self.lent += free;
+        free
+    }
+
+    /// The front end gives back `unused` lent slots that no request took.
+    pub fn reclaim(&mut self, now: Time, unused: u32) {
+        let unused = unused.min(self.lent);
+        self.inflight -= unused;
+        self.lent -= unused;
+        self.fill(now);
+    }
+
+    /// A request that took a lent slot finished: it is counted as arrived, admitted and
+    /// completed now, and feeds the limit like any other.
+    pub fn complete_lent(&mut self, now: Time, permit: LentPermit, outcome: Outcome) {
+        self.lent = self.lent.saturating_sub(1);
+        self.count_lent(permit.priority);
+        self.complete(
+            now,
+            Permit {
+                admitted: permit.admitted,
+                inflight: permit.inflight,
+                priority: permit.priority,
+            },
+            outcome,
+        );
+    }
+
+    /// The caller of a request that took a lent slot went away.
+    pub fn cancel_lent(&mut self, now: Time, permit: LentPermit) {
+        self.lent = self.lent.saturating_sub(1);
+        self.count_lent(permit.priority);
+        self.cancel_permit(
+            now,
+            Permit {
+                admitted: permit.admitted,
+                inflight: permit.inflight,
+                priority: permit.priority,
+            },
+        );
+    }
+
+    fn count_lent(&mut self, priority: Priority) {
+        let tier = self.counters.tier(priority);
+        tier.arrived += 1;
+        tier.admitted += 1;
+        self.stats.accepted += 1;
+    }
+
+    /// Slots lent and not yet returned.
+    pub fn lent(&self) -> u32 {
+        self.lent
+    }
+
     /// The caller of an admitted request went away. Its slot is freed; the limit learns
     /// nothing from it.
     pub fn cancel_permit(&mut self, now: Time, permit: Permit) {
@@ -414,6 +528,7 @@ impl Gate {
     pub fn snapshot(&self, now: Time) -> Snapshot {
         Snapshot {
             inflight: self.inflight,
+            lent: self.lent,
             limit: self.effective_limit,
             queued: self.queue.len(),
             oldest_wait: self.queue.oldest_wait(now),

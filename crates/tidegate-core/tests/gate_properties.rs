@@ -6,7 +6,9 @@
 //! - after a call, the queue is empty or the service is full (nobody waits for a free slot);
 //! - no entry whose deadline has passed survives a tick, or is admitted;
 //! - every arrival is accounted for: `arrived == ended + in flight + queued`, per tier;
-//! - every queued ticket gets exactly one event, or is cancelled, never both.
+//! - every queued ticket gets exactly one event, or is cancelled, never both;
+//! - slots lent to a lock-free front end never exceed the limit, are counted in flight from
+//!   the moment they are lent, and count as arrivals when they come back.
 
 use std::collections::HashMap;
 
@@ -14,7 +16,7 @@ use proptest::prelude::*;
 use tidegate_core::config::{
     GateConfig, LimitAlgorithm, LimitConfig, RegulatorAlgorithm, RegulatorConfig,
 };
-use tidegate_core::gate::{Arrival, Event, Gate, Lease, Permit, QueueConfig};
+use tidegate_core::gate::{Arrival, Event, Gate, Lease, LentPermit, Permit, QueueConfig};
 use tidegate_core::limit::{Limit, Outcome, Sample};
 use tidegate_core::queue::Ticket;
 use tidegate_core::regulator::{QueueStats, Regulator, RegulatorState, Verdict};
@@ -92,6 +94,19 @@ enum Op {
         allowed: u32,
         ttl_ms: u64,
     },
+    /// The lock-free front end asks for the free slots.
+    Lend,
+    /// An arrival takes a lent slot, if the front end holds one.
+    FastArrive {
+        tier: u32,
+    },
+    CompleteLent {
+        which: usize,
+        outcome: u8,
+    },
+    CancelLent {
+        which: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -103,12 +118,20 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..60u64).prop_map(|ms| Op::Advance { ms }),
         1 => (0..60u64).prop_map(|ms| Op::Wait { ms }),
         1 => (0..5u32, 0..100u64).prop_map(|(allowed, ttl_ms)| Op::Lease { allowed, ttl_ms }),
+        1 => Just(Op::Lend),
+        2 => (0..6u32).prop_map(|tier| Op::FastArrive { tier }),
+        2 => (any::<usize>(), 0..3u8).prop_map(|(which, outcome)| Op::CompleteLent { which, outcome }),
+        1 => any::<usize>().prop_map(|which| Op::CancelLent { which }),
     ]
 }
 
 #[derive(Default)]
 struct Model {
     permits: Vec<Permit>,
+    /// Lent slots the front end holds, unused.
+    credits: u32,
+    /// Lent slots in use.
+    lent: Vec<LentPermit>,
     /// Queued tickets: deadline and tier.
     waiting: HashMap<Ticket, (Time, u8)>,
 }
@@ -138,7 +161,9 @@ impl Model {
     }
 
     fn check(&self, gate: &Gate, admitted: bool) -> Result<(), TestCaseError> {
-        prop_assert_eq!(gate.inflight() as usize, self.permits.len());
+        let lent = self.lent.len() + self.credits as usize;
+        prop_assert_eq!(gate.inflight() as usize, self.permits.len() + lent);
+        prop_assert_eq!(gate.lent() as usize, lent);
         prop_assert_eq!(gate.queued(), self.waiting.len());
         if admitted {
             prop_assert!(
@@ -232,6 +257,8 @@ proptest! {
         for op in ops {
             match op {
                 Op::Arrive { tier, cohort, timeout_ms } => {
+                    // The front end's protocol: unused lent slots go back before `arrive`.
+                    gate.reclaim(now, std::mem::take(&mut model.credits));
                     let priority = Priority::new(tier, cohort).expect("in range");
                     match gate.arrive_with_timeout(now, priority, Nanos::from_millis(timeout_ms)) {
                         Arrival::Admitted(permit) => {
@@ -268,7 +295,35 @@ proptest! {
                 Op::Lease { allowed, ttl_ms } => {
                     gate.set_lease(now, Lease { allowed, expires: now + Nanos::from_millis(ttl_ms) });
                 }
-                Op::Complete { .. } | Op::CancelPermit { .. } | Op::Cancel { .. } => {}
+                Op::Lend => {
+                    let lent = gate.lend(now);
+                    if lent > 0 {
+                        prop_assert_eq!(gate.queued(), 0);
+                        prop_assert!(gate.inflight() <= gate.limit(), "lent over the limit");
+                    }
+                    model.credits += lent;
+                }
+                Op::FastArrive { tier } if model.credits > 0 => {
+                    model.credits -= 1;
+                    let priority = Priority::new(tier, 0).expect("in range");
+                    let inflight = (model.permits.len() + model.lent.len() + 1) as u32;
+                    model.lent.push(LentPermit::new(priority, now, inflight));
+                }
+                Op::CompleteLent { which, outcome } if !model.lent.is_empty() => {
+                    let permit = model.lent.swap_remove(which % model.lent.len());
+                    let outcome = [Outcome::Success, Outcome::Dropped, Outcome::Ignored][outcome as usize];
+                    gate.complete_lent(now, permit, outcome);
+                }
+                Op::CancelLent { which } if !model.lent.is_empty() => {
+                    let permit = model.lent.swap_remove(which % model.lent.len());
+                    gate.cancel_lent(now, permit);
+                }
+                Op::Complete { .. }
+                | Op::CancelPermit { .. }
+                | Op::Cancel { .. }
+                | Op::FastArrive { .. }
+                | Op::CompleteLent { .. }
+                | Op::CancelLent { .. } => {}
             }
             let admitted = model.drain(&mut gate, now)?;
             model.check(&gate, admitted)?;

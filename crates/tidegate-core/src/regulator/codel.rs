@@ -253,6 +253,13 @@ impl Regulator for Codel {
             overloaded: self.overloaded,
         }
     }
+
+    /// RFC mode: not dropping, arrivals are all admitted and their count only feeds the
+    /// reported ratio. Facebook mode learns when the queue was last empty from arrivals, so
+    /// it must see them all.
+    fn transparent(&self) -> bool {
+        self.mode == CodelMode::Rfc && !self.overloaded
+    }
 }
 
 #[cfg(test)]

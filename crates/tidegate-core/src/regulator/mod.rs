@@ -100,4 +100,14 @@ pub trait Regulator: Send + fmt::Debug {
     fn next_tick(&self) -> Time;
 
     fn state(&self) -> RegulatorState;
+
+    /// Whether, in its current state, the regulator admits every arrival and would decide
+    /// nothing differently later for not having seen arrivals that find the queue empty.
+    ///
+    /// While this holds and the queue is empty, the gate may lend its free slots to a
+    /// lock-free front end ([`crate::gate::Gate::lend`]), whose arrivals then skip
+    /// `on_arrival`. The default, `false`, is always safe.
+    fn transparent(&self) -> bool {
+        false
+    }
 }

@@ -22,4 +22,8 @@ impl Regulator for Off {
     fn state(&self) -> RegulatorState {
         RegulatorState::default()
     }
+
+    fn transparent(&self) -> bool {
+        true
+    }
 }

@@ -189,6 +189,13 @@ impl Regulator for Pid {
             overloaded: self.overloaded,
         }
     }
+
+    /// Disengaged, the ratio is 0 and stays so until the queue has stood for
+    /// `overload_after`, during which arrivals find a queue and are seen: the histogram and
+    /// the arrival counts it works from are then fresh.
+    fn transparent(&self) -> bool {
+        !self.engaged && self.ratio <= 0.0
+    }
 }
 
 #[cfg(test)]

@@ -251,6 +251,12 @@ impl Regulator for Pie {
             overloaded: self.p > 0.0,
         }
     }
+
+    /// At p = 0 every arrival is admitted. The priority histogram only matters once p > 0,
+    /// and p only rises over updates that saw a standing queue, while arrivals are seen.
+    fn transparent(&self) -> bool {
+        self.p <= 0.0
+    }
 }
 
 #[cfg(test)]
