@@ -303,13 +303,9 @@ impl Gate {
         timeout: Nanos,
     ) -> Arrival {
         self.counters.tier(priority).arrived += 1;
-        if let Some(lease) = self.lease {
-            if now >= lease.expires {
-                self.end_lease();
-                self.fill(now);
-            } else if lease.allowed == 0 {
-                return self.reject(priority, RejectReason::NoLease);
-            }
+        self.end_lapsed_lease(now);
+        if self.lease.is_some_and(|lease| lease.allowed == 0) {
+            return self.reject(priority, RejectReason::NoLease);
         }
         if self.regulator.on_arrival(now, priority, self.queue.len()) == Verdict::Reject {
             return self.reject(priority, RejectReason::Regulator);
@@ -380,20 +376,23 @@ impl Gate {
     /// ones back with [`Gate::reclaim`] before it next calls `arrive` (otherwise the gate
     /// would see the service as fuller than it is).
     pub fn lend(&mut self, now: Time) -> u32 {
-        if !self.queue.is_empty() || !self.regulator.transparent() {
+        self.end_lapsed_lease(now);
+        if !self.may_lend() {
             return 0;
-        }
-        if let Some(lease) = self.lease {
-            if now >= lease.expires {
-                self.end_lease();
-            } else if lease.allowed == 0 {
-                return 0;
-            }
         }
         let free = self.effective_limit.saturating_sub(self.inflight);
         self.inflight += free;
         self.lent += free;
         free
+    }
+
+    /// Whether arrivals may be admitted without asking the gate: nothing is queued, the
+    /// regulator is transparent, and no lease of zero is in force. Slots lent earlier must
+    /// be reclaimed once this turns false.
+    pub fn may_lend(&self) -> bool {
+        self.queue.is_empty()
+            && self.regulator.transparent()
+            && self.lease.is_none_or(|lease| lease.allowed > 0)
     }
 
     /// The front end gives back `unused` lent slots that no request took.
@@ -441,6 +440,11 @@ impl Gate {
         self.stats.accepted += 1;
     }
 
+    /// When the queued request of `ticket` expires, if it is still queued.
+    pub fn deadline(&self, ticket: Ticket) -> Option<Time> {
+        self.queue.get(ticket).map(|entry| entry.deadline)
+    }
+
     /// Slots lent and not yet returned.
     pub fn lent(&self) -> u32 {
         self.lent
@@ -477,9 +481,7 @@ impl Gate {
             self.events.push_back(Event::Expired { ticket });
         }
         self.note_if_empty(now);
-        if self.lease.is_some_and(|l| now >= l.expires) {
-            self.end_lease();
-        }
+        self.end_lapsed_lease(now);
         if now >= self.regulator.next_tick() {
             let stats = self.queue_stats(now);
             self.regulator.tick(now, &stats);
@@ -610,9 +612,14 @@ impl Gate {
         };
     }
 
-    fn end_lease(&mut self) {
-        self.lease = None;
-        self.refresh_limit();
+    /// Ends a lease whose time is up; the limit is the algorithm's again, and whoever waits
+    /// for the room it makes is admitted.
+    fn end_lapsed_lease(&mut self, now: Time) {
+        if self.lease.is_some_and(|lease| now >= lease.expires) {
+            self.lease = None;
+            self.refresh_limit();
+            self.fill(now);
+        }
     }
 
     fn queue_stats(&self, now: Time) -> QueueStats {

@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod gate;
+pub mod lease;
 pub mod limit;
 pub mod priority;
 pub mod queue;

@@ -182,6 +182,15 @@ impl PriorityQueue {
         self.take(ticket.index).map(|(_, entry)| entry)
     }
 
+    /// The entry of `ticket`, if it is still queued.
+    pub fn get(&self, ticket: Ticket) -> Option<&Entry> {
+        let slot = self.slots.get(ticket.index as usize)?;
+        if slot.generation != ticket.generation {
+            return None;
+        }
+        slot.entry.as_ref()
+    }
+
     /// Whether `ticket`'s entry is still queued.
     pub fn contains(&self, ticket: Ticket) -> bool {
         self.slots
@@ -342,6 +351,8 @@ mod tests {
         let d = q.push(entry(2, 2, 4, 100)); // reuses b's slot
         assert_ne!(b, d);
         assert!(!q.contains(b) && q.contains(d));
+        assert_eq!(q.get(b), None);
+        assert_eq!(q.get(d).map(|e| e.enqueued), Some(Time::from_nanos(4)));
         let order: Vec<Ticket> =
             std::iter::from_fn(|| q.pop(Order::Fifo).map(|(t, _)| t)).collect();
         assert_eq!(order, vec![a, c, d]);
