@@ -1,0 +1,144 @@
+//! What the library form costs a request, side by side with tower's `ConcurrencyLimit` +
+//! `LoadShed` in the same run: compare the ratios, not the absolute figures, on a shared
+//! machine.
+//!
+//! `cargo bench -p tidegate-tower --bench acquire`; figures in `docs/performance.md`.
+
+#![allow(clippy::expect_used, reason = "benchmark set-up")]
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use futures_util::FutureExt;
+use http::{Request, Response};
+use http_body_util::Empty;
+use tidegate_core::Priority;
+use tidegate_core::config::GateConfig;
+use tidegate_tower::{SharedGate, TidegateLayer};
+use tokio::sync::Semaphore;
+use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
+
+type Body = Empty<bytes::Bytes>;
+
+/// One acquire and one release, no contention: the gate with the default configuration and
+/// the semaphore under tower's `ConcurrencyLimit`.
+fn uncontended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("uncontended/acquire+release");
+    let gate = SharedGate::new(&GateConfig::default(), Duration::from_secs(1));
+    let priority = Priority::default();
+    group.bench_function("tidegate", |b| {
+        b.iter(|| {
+            let permit = gate
+                .acquire(black_box(priority))
+                .now_or_never()
+                .expect("ready")
+                .expect("admitted");
+            permit.success();
+        })
+    });
+    let semaphore = Arc::new(Semaphore::new(1000));
+    group.bench_function("tokio-semaphore (tower ConcurrencyLimit)", |b| {
+        b.iter(|| {
+            let permit = semaphore.clone().try_acquire_owned().expect("a permit");
+            drop(black_box(permit));
+        })
+    });
+    group.finish();
+}
+
+/// The whole middleware stack around the same trivial service: poll_ready, call, response.
+fn layers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("uncontended/layer");
+    let inner =
+        service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(Body::new())) });
+    let mut tidegate = TidegateLayer::<()>::builder().build().layer(inner);
+    group.bench_function("tidegate", |b| {
+        b.iter(|| {
+            let service = tidegate.ready().now_or_never().expect("ready").expect("ok");
+            let response = service
+                .call(Request::new(()))
+                .now_or_never()
+                .expect("ready")
+                .expect("ok");
+            drop(black_box(response));
+        })
+    });
+    let mut tower = ServiceBuilder::new()
+        .load_shed()
+        .concurrency_limit(1000)
+        .service(inner);
+    group.bench_function("tower ConcurrencyLimit+LoadShed", |b| {
+        b.iter(|| {
+            let service = tower.ready().now_or_never().expect("ready").expect("ok");
+            let response = service
+                .call(Request::new(()))
+                .now_or_never()
+                .expect("ready")
+                .expect("ok");
+            drop(black_box(response));
+        })
+    });
+    group.finish();
+}
+
+/// Two threads acquiring and releasing as fast as they can: time per operation of the pair,
+/// so the inverse is the throughput of both threads together.
+fn contended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("contended-2-threads/acquire+release");
+    let gate = SharedGate::new(&GateConfig::default(), Duration::from_secs(1));
+    group.bench_function("tidegate", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, {
+                let gate = gate.clone();
+                move || {
+                    if let Some(Ok(permit)) = gate.acquire(Priority::default()).now_or_never() {
+                        permit.success();
+                    }
+                }
+            })
+        })
+    });
+    let semaphore = Arc::new(Semaphore::new(1000));
+    group.bench_function("tokio-semaphore (tower ConcurrencyLimit)", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, {
+                let semaphore = semaphore.clone();
+                move || {
+                    if let Ok(permit) = semaphore.clone().try_acquire_owned() {
+                        drop(black_box(permit));
+                    }
+                }
+            })
+        })
+    });
+    group.finish();
+}
+
+/// Runs `op` `iters` times split over two threads started together; returns the wall time.
+fn two_threads(iters: u64, op: impl Fn() + Clone + Send + 'static) -> Duration {
+    let barrier = Arc::new(Barrier::new(2));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (barrier, op) = (barrier.clone(), op.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let start = Instant::now();
+                for _ in 0..iters / 2 {
+                    op();
+                }
+                start.elapsed()
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .map(|t| t.join().expect("bench thread"))
+        .max()
+        .unwrap_or_default()
+}
+
+criterion_group!(benches, uncontended, layers, contended);
+criterion_main!(benches);

@@ -1,0 +1,498 @@
+//! The core's sans-IO gate, shared between tasks and threads.
+//!
+//! One `tidegate_core::gate::Gate` sits behind a mutex that is held for a few tens of
+//! nanoseconds per call; the same code decides here as in the simulator. Two things keep the
+//! mutex off the common path:
+//!
+//! - **Lent slots.** While nothing is queued and the regulator would admit anyone, the core
+//!   lends its free slots ([`Gate::lend`]); they sit in an atomic counter, and
+//!   [`SharedGate::acquire`] takes one with a compare-and-swap, without the lock. After every
+//!   locked call the credits are re-synchronised with the core (unused ones reclaimed, free
+//!   ones lent again), so they never exceed the limit in force and disappear as soon as a
+//!   queue forms, when arrivals must be ordered by priority under the lock.
+//! - **No timer task.** Time-driven work (expiring queued requests, the regulator's periodic
+//!   update) is done by whoever calls in after it fell due: every acquire and release checks
+//!   an atomic "next tick" time, and a queued request sleeps until its own deadline, then
+//!   ticks the gate itself. A gate with no traffic has nothing to do.
+//!
+//! Time is tokio's clock (`tokio::time::Instant`), so tests run in paused virtual time.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use prometheus_client::metrics::histogram::Histogram;
+use tidegate_core::config::GateConfig;
+use tidegate_core::gate::{Arrival, Event, Gate, Lease, LentPermit, Snapshot};
+use tidegate_core::limit::Outcome;
+use tidegate_core::queue::Ticket;
+use tidegate_core::{Nanos, Priority, Time};
+use tokio::time::{Instant, Sleep};
+
+use crate::error::{Shed, ShedReason};
+
+/// A gate shared by every task of a service: clone it freely, each clone is the same gate.
+#[derive(Clone)]
+pub struct SharedGate {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    state: Mutex<State>,
+    /// Slots lent by the core and not yet taken.
+    credits: AtomicU32,
+    /// The core's in-flight count (lent slots included) after the last settle: with the
+    /// credits left when a request takes one, what that request reports as in flight.
+    settled_inflight: AtomicU32,
+    /// When the core next has time-driven work, in its nanoseconds.
+    next_tick: AtomicU64,
+    epoch: Instant,
+    retry_after: std::time::Duration,
+    /// Time spent queued by requests admitted from the queue, in seconds.
+    queue_wait: Histogram,
+}
+
+struct State {
+    gate: Gate,
+    waiters: HashMap<Ticket, Waiter>,
+}
+
+#[derive(Default)]
+struct Waiter {
+    waker: Option<Waker>,
+    decided: Option<Decision>,
+}
+
+enum Decision {
+    Admitted(tidegate_core::gate::Permit),
+    Shed(ShedReason),
+}
+
+impl SharedGate {
+    /// A gate with `config`; shed requests are told to retry after `retry_after`.
+    pub fn new(config: &GateConfig, retry_after: std::time::Duration) -> SharedGate {
+        let buckets = prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 14);
+        SharedGate {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    gate: config.build(),
+                    waiters: HashMap::new(),
+                }),
+                credits: AtomicU32::new(0),
+                settled_inflight: AtomicU32::new(0),
+                next_tick: AtomicU64::new(0),
+                epoch: Instant::now(),
+                retry_after,
+                queue_wait: Histogram::new(buckets),
+            }),
+        }
+    }
+
+    /// Waits for the right to send one request of `priority` to the service: at once if
+    /// there is room, after queueing if not, or an error if it is shed. Dropping the future
+    /// while it waits takes the request out of the queue.
+    pub fn acquire(&self, priority: Priority) -> Acquire {
+        Acquire {
+            gate: Some(self.inner.clone()),
+            priority,
+            state: AcquireState::Start,
+        }
+    }
+
+    /// A point-in-time view of the gate. `inflight` counts requests, not lent slots.
+    pub fn snapshot(&self) -> Snapshot {
+        let now = self.inner.now();
+        let state = self.inner.lock();
+        let mut snapshot = state.gate.snapshot(now);
+        let credits = self.inner.credits.load(Ordering::Acquire);
+        snapshot.inflight = snapshot.inflight.saturating_sub(credits);
+        snapshot.lent = snapshot.lent.saturating_sub(credits);
+        snapshot
+    }
+
+    /// The concurrency limit in force.
+    pub fn limit(&self) -> u32 {
+        self.inner.lock().gate.limit()
+    }
+
+    /// Applies a lease granted by the service behind the gate (see [`crate::lease`]): at most
+    /// `allowed` in flight until `ttl` from now.
+    pub fn set_lease(&self, allowed: u32, ttl: std::time::Duration) {
+        let now = self.inner.now();
+        let mut state = self.inner.lock();
+        state.gate.set_lease(
+            now,
+            Lease {
+                allowed,
+                expires: now + Nanos::from(ttl),
+            },
+        );
+        self.inner.settle(&mut state, now);
+    }
+
+    pub(crate) fn queue_wait(&self) -> &Histogram {
+        &self.inner.queue_wait
+    }
+}
+
+impl fmt::Debug for SharedGate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedGate")
+            .field("snapshot", &self.snapshot())
+            .finish()
+    }
+}
+
+impl Inner {
+    fn now(&self) -> Time {
+        Time::ZERO + Nanos::from(self.epoch.elapsed())
+    }
+
+    fn instant(&self, at: Time) -> Instant {
+        self.epoch + std::time::Duration::from(at - Time::ZERO)
+    }
+
+    /// A poisoned lock means a panic while the gate was being updated by another thread; its
+    /// state is still consistent (every update is a few field writes), so carry on.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn tick_due(&self, now: Time) -> bool {
+        now.as_nanos() >= self.next_tick.load(Ordering::Relaxed)
+    }
+
+    /// Takes a lent slot, without the lock, if there is one; returns the requests in flight
+    /// counting this one.
+    fn take_credit(&self) -> Option<u32> {
+        let before = self
+            .credits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1))
+            .ok()?;
+        let settled = self.settled_inflight.load(Ordering::Relaxed);
+        Some(settled.saturating_sub(before) + 1)
+    }
+
+    /// After any change to the core: delivers its decisions to the waiting requests and
+    /// re-synchronises the lent slots and the next tick time.
+    fn settle(&self, state: &mut State, now: Time) {
+        while let Some(event) = state.gate.poll_event() {
+            let (ticket, decision) = match event {
+                Event::Admitted {
+                    ticket,
+                    permit,
+                    waited,
+                } => {
+                    self.queue_wait.observe(waited.as_secs_f64());
+                    (ticket, Decision::Admitted(permit))
+                }
+                Event::Expired { ticket } => (ticket, Decision::Shed(ShedReason::Expired)),
+                Event::Rejected { ticket, reason } => (ticket, Decision::Shed(reason.into())),
+            };
+            match state.waiters.get_mut(&ticket) {
+                Some(waiter) => {
+                    waiter.decided = Some(decision);
+                    if let Some(waker) = waiter.waker.take() {
+                        waker.wake();
+                    }
+                }
+                // Every waiter leaves the map only after its ticket left the queue, so this
+                // is unreachable; if it were not, the slot must not leak.
+                None => {
+                    if let Decision::Admitted(permit) = decision {
+                        state.gate.cancel_permit(now, permit);
+                    }
+                }
+            }
+        }
+        // Credits stay valid while the gate would still lend them: take them back only when a
+        // queue formed, the regulator started to judge arrivals, or the limit fell below what
+        // is lent. Otherwise only the newly freed slots are added.
+        if self.credits.load(Ordering::Acquire) > 0
+            && (!state.gate.may_lend() || state.gate.inflight() > state.gate.limit())
+        {
+            let unused = self.credits.swap(0, Ordering::AcqRel);
+            state.gate.reclaim(now, unused);
+        }
+        let lent = state.gate.lend(now);
+        if lent > 0 {
+            self.credits.fetch_add(lent, Ordering::AcqRel);
+        }
+        self.settled_inflight
+            .store(state.gate.inflight(), Ordering::Relaxed);
+        self.next_tick
+            .store(state.gate.next_tick().as_nanos(), Ordering::Relaxed);
+    }
+
+    /// Ticks the core if its next tick fell due.
+    fn tick_if_due(&self, state: &mut State, now: Time) {
+        if self.tick_due(now) {
+            state.gate.tick(now);
+        }
+    }
+
+    fn release(&self, permit: Held, outcome: Option<Outcome>) {
+        let now = self.now();
+        let mut state = self.lock();
+        match (permit, outcome) {
+            (Held::Core(permit), Some(outcome)) => state.gate.complete(now, permit, outcome),
+            (Held::Core(permit), None) => state.gate.cancel_permit(now, permit),
+            (Held::Lent(permit), Some(outcome)) => state.gate.complete_lent(now, permit, outcome),
+            (Held::Lent(permit), None) => state.gate.cancel_lent(now, permit),
+        }
+        self.tick_if_due(&mut state, now);
+        self.settle(&mut state, now);
+    }
+}
+
+/// The future returned by [`SharedGate::acquire`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Acquire {
+    /// Moves into the permit when the request is admitted: one reference count per request.
+    gate: Option<Arc<Inner>>,
+    priority: Priority,
+    state: AcquireState,
+}
+
+enum AcquireState {
+    Start,
+    Queued {
+        ticket: Ticket,
+        deadline: Pin<Box<Sleep>>,
+    },
+    Done,
+}
+
+impl fmt::Debug for Acquire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            AcquireState::Start => "start",
+            AcquireState::Queued { .. } => "queued",
+            AcquireState::Done => "done",
+        };
+        f.debug_struct("Acquire")
+            .field("priority", &self.priority)
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl Acquire {
+    /// Ends the future with `result`, handing the gate reference to the permit.
+    fn finish(&mut self, result: Result<Held, ShedReason>) -> Poll<Result<Permit, Shed>> {
+        self.state = AcquireState::Done;
+        let Some(gate) = self.gate.take() else {
+            panic!("`Acquire` polled after completion")
+        };
+        Poll::Ready(match result {
+            Ok(held) => Ok(Permit::new(gate, held)),
+            Err(reason) => Err(Shed::new(reason, gate.retry_after)),
+        })
+    }
+}
+
+impl Future for Acquire {
+    type Output = Result<Permit, Shed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(gate) = this.gate.as_ref() else {
+            panic!("`Acquire` polled after completion")
+        };
+        match &mut this.state {
+            AcquireState::Start => {
+                let now = gate.now();
+                if !gate.tick_due(now)
+                    && let Some(inflight) = gate.take_credit()
+                {
+                    let permit = LentPermit::new(this.priority, now, inflight);
+                    return this.finish(Ok(Held::Lent(permit)));
+                }
+                let mut state = gate.lock();
+                // The credits go back to the core before it decides: it must see the
+                // service as it is.
+                let unused = gate.credits.swap(0, Ordering::AcqRel);
+                if unused > 0 {
+                    state.gate.reclaim(now, unused);
+                }
+                gate.tick_if_due(&mut state, now);
+                let result = match state.gate.arrive(now, this.priority) {
+                    Arrival::Admitted(permit) => Some(Ok(Held::Core(permit))),
+                    Arrival::Rejected(reason) => Some(Err(reason.into())),
+                    Arrival::Queued(ticket) => {
+                        let waker = Some(cx.waker().clone());
+                        state.waiters.insert(
+                            ticket,
+                            Waiter {
+                                waker,
+                                decided: None,
+                            },
+                        );
+                        // Waking at its own deadline lets this request expire itself if no
+                        // other call ticks the gate sooner.
+                        let deadline = state.gate.deadline(ticket).unwrap_or(now);
+                        let sleep = Box::pin(tokio::time::sleep_until(gate.instant(deadline)));
+                        this.state = AcquireState::Queued {
+                            ticket,
+                            deadline: sleep,
+                        };
+                        None
+                    }
+                };
+                gate.settle(&mut state, now);
+                drop(state);
+                match result {
+                    Some(result) => this.finish(result),
+                    // The queue may already have moved (settle delivers events).
+                    None => Pin::new(this).poll(cx),
+                }
+            }
+            AcquireState::Queued { ticket, deadline } => {
+                let ticket = *ticket;
+                let timer_fired = deadline.as_mut().poll(cx).is_ready();
+                let mut state = gate.lock();
+                if timer_fired {
+                    let now = gate.now();
+                    state.gate.tick(now);
+                    gate.settle(&mut state, now);
+                }
+                let decided = match state.waiters.get_mut(&ticket) {
+                    // Unreachable: the waiter is removed only here and in drop.
+                    None => Some(Decision::Shed(ShedReason::Cancelled)),
+                    Some(waiter) => {
+                        let decided = waiter.decided.take();
+                        if decided.is_none() {
+                            waiter.waker = Some(cx.waker().clone());
+                        }
+                        decided
+                    }
+                };
+                match decided {
+                    Some(decision) => {
+                        state.waiters.remove(&ticket);
+                        drop(state);
+                        this.finish(match decision {
+                            Decision::Admitted(permit) => Ok(Held::Core(permit)),
+                            Decision::Shed(reason) => Err(reason),
+                        })
+                    }
+                    None => {
+                        if timer_fired {
+                            // A tick at or past the deadline expires the entry, so it is still
+                            // queued only if its deadline is later (it cannot move, but the
+                            // timer may fire a little early): sleep until then.
+                            let at = state.gate.deadline(ticket).unwrap_or_else(|| gate.now());
+                            drop(state);
+                            deadline.as_mut().reset(gate.instant(at));
+                            if deadline.as_mut().poll(cx).is_ready() {
+                                cx.waker().wake_by_ref();
+                            }
+                        }
+                        Poll::Pending
+                    }
+                }
+            }
+            AcquireState::Done => panic!("`Acquire` polled after completion"),
+        }
+    }
+}
+
+impl Drop for Acquire {
+    fn drop(&mut self) {
+        let (AcquireState::Queued { ticket, .. }, Some(gate)) = (&self.state, &self.gate) else {
+            return;
+        };
+        let now = gate.now();
+        let mut state = gate.lock();
+        match state.waiters.remove(ticket).and_then(|w| w.decided) {
+            // Admitted while nobody was polling: the slot goes back.
+            Some(Decision::Admitted(permit)) => state.gate.cancel_permit(now, permit),
+            Some(Decision::Shed(_)) => {}
+            None => {
+                state.gate.cancel(now, *ticket);
+            }
+        }
+        gate.settle(&mut state, now);
+    }
+}
+
+enum Held {
+    Core(tidegate_core::gate::Permit),
+    Lent(LentPermit),
+}
+
+/// The right to have one request in the service. Report how it went with
+/// [`Permit::success`], [`Permit::dropped`] or [`Permit::ignore`]; a permit dropped without
+/// a word counts as cancelled (the caller went away) and frees its slot, teaching the limit
+/// nothing.
+#[must_use = "a permit holds a slot until it is released"]
+pub struct Permit {
+    gate: Arc<Inner>,
+    held: Option<Held>,
+}
+
+impl Permit {
+    fn new(gate: Arc<Inner>, held: Held) -> Permit {
+        Permit {
+            gate,
+            held: Some(held),
+        }
+    }
+
+    /// The request succeeded: its latency measures the service's health.
+    pub fn success(self) {
+        self.release(Some(Outcome::Success));
+    }
+
+    /// The service failed in a way that signals overload (refused, reset, timed out, an
+    /// overload status): the limit backs off.
+    pub fn dropped(self) {
+        self.release(Some(Outcome::Dropped));
+    }
+
+    /// The outcome says nothing about the service's capacity (a client error, say).
+    pub fn ignore(self) {
+        self.release(Some(Outcome::Ignored));
+    }
+
+    /// Releases with `outcome`, or as cancelled for `None`.
+    pub fn release(mut self, outcome: Option<Outcome>) {
+        if let Some(held) = self.held.take() {
+            self.gate.release(held, outcome);
+        }
+    }
+
+    pub fn priority(&self) -> Priority {
+        match &self.held {
+            Some(Held::Core(p)) => p.priority(),
+            Some(Held::Lent(p)) => p.priority(),
+            None => Priority::default(),
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.gate.release(held, None);
+        }
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.held {
+            Some(Held::Core(_)) => "queued-or-locked",
+            Some(Held::Lent(_)) => "lent",
+            None => "released",
+        };
+        f.debug_struct("Permit")
+            .field("priority", &self.priority())
+            .field("kind", &kind)
+            .finish()
+    }
+}

@@ -1,0 +1,269 @@
+//! The shared gate in tokio's paused time: waiting, expiry, priority order, shedding,
+//! cancellation, and no slot leaked whatever the callers do.
+
+#![allow(
+    clippy::expect_used,
+    reason = "test helpers: a failure is a test failure"
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tidegate_core::config::{
+    GateConfig, LimitAlgorithm, LimitConfig, RegulatorAlgorithm, RegulatorConfig,
+};
+use tidegate_core::gate::{QueueConfig, TierCounters};
+use tidegate_core::rng::Rng;
+use tidegate_core::{Nanos, Priority};
+use tidegate_tower::{SharedGate, ShedReason};
+
+fn fixed(limit: u32, queue: QueueConfig) -> SharedGate {
+    let mut config = GateConfig {
+        limit: LimitConfig::of(LimitAlgorithm::Fixed),
+        regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
+        queue,
+    };
+    config.limit.fixed.limit = limit;
+    SharedGate::new(&config, Duration::from_secs(1))
+}
+
+fn queue(timeout_ms: u64) -> QueueConfig {
+    QueueConfig {
+        timeout: Nanos::from_millis(timeout_ms),
+        ..QueueConfig::default()
+    }
+}
+
+fn p(tier: u32) -> Priority {
+    Priority::new(tier, 0).expect("valid")
+}
+
+fn totals(gate: &SharedGate) -> TierCounters {
+    gate.snapshot().counters.total()
+}
+
+#[tokio::test(start_paused = true)]
+async fn admits_at_once_and_counts_the_outcome() {
+    let gate = SharedGate::new(&GateConfig::default(), Duration::from_secs(1));
+    let permit = gate.acquire(p(1)).await.expect("admitted");
+    assert_eq!(gate.snapshot().inflight, 1);
+    tokio::time::advance(Duration::from_millis(20)).await;
+    permit.success();
+    let snapshot = gate.snapshot();
+    assert_eq!(snapshot.inflight, 0);
+    assert_eq!(snapshot.counters.total().completed_ok, 1);
+    assert_eq!(snapshot.counters.tiers[1].arrived, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_request_waits_for_a_slot_then_expires_at_its_deadline() {
+    let gate = fixed(1, queue(100));
+    let first = gate.acquire(p(1)).await.expect("admitted");
+    let mut second = gate.acquire(p(1));
+    assert!((&mut second).now_or_never().is_none(), "no slot: it waits");
+    assert_eq!(gate.snapshot().queued, 1);
+    tokio::time::advance(Duration::from_millis(50)).await;
+    first.success();
+    let second = second
+        .now_or_never()
+        .expect("woken by the release")
+        .expect("admitted");
+
+    // Nobody releases now: the waiter expires itself at its deadline, without a timer task.
+    let waiting = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.acquire(p(1)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(99)).await;
+    assert!(!waiting.is_finished());
+    let shed = waiting.await.expect("task").expect_err("expired");
+    assert_eq!(shed.reason(), ShedReason::Expired);
+    assert_eq!(totals(&gate).expired, 1);
+    assert_eq!(gate.snapshot().queued, 0);
+    let histogram_has_the_wait = format!("{:?}", second);
+    assert!(histogram_has_the_wait.contains("Permit"));
+    second.success();
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_requests_are_admitted_most_important_first() {
+    let gate = fixed(1, queue(10_000));
+    let running = gate.acquire(p(0)).await.expect("admitted");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for tier in [5, 1, 3, 1, 4] {
+        let (gate, order) = (gate.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let permit = gate.acquire(p(tier)).await.expect("admitted");
+            order.lock().expect("not poisoned").push(tier);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            permit.success();
+        }));
+        tokio::task::yield_now().await; // queue them in this order
+    }
+    assert_eq!(gate.snapshot().queued, 5);
+    running.success();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(*order.lock().expect("not poisoned"), vec![1, 1, 3, 4, 5]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shedding_is_a_typed_error_with_its_reason() {
+    let gate = fixed(
+        1,
+        QueueConfig {
+            capacity: 0,
+            ..QueueConfig::default()
+        },
+    );
+    let _running = gate.acquire(p(1)).await.expect("admitted");
+    let shed = gate.acquire(p(1)).await.expect_err("no room, no queue");
+    assert_eq!(shed.reason(), ShedReason::QueueFull);
+    assert_eq!(shed.retry_after(), Duration::from_secs(1));
+    assert_eq!(totals(&gate).rejected_queue_full, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_waiting_future_takes_it_out_of_the_queue() {
+    let gate = fixed(1, queue(10_000));
+    let running = gate.acquire(p(1)).await.expect("admitted");
+    let mut waiting = gate.acquire(p(1));
+    assert!((&mut waiting).now_or_never().is_none());
+    drop(waiting);
+    let snapshot = gate.snapshot();
+    assert_eq!(
+        (snapshot.queued, snapshot.counters.total().cancelled_queued),
+        (0, 1)
+    );
+    running.success();
+    assert_eq!(gate.snapshot().inflight, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_dropped_without_a_word_is_cancelled_and_frees_its_slot() {
+    let gate = fixed(1, queue(10_000));
+    let running = gate.acquire(p(1)).await.expect("admitted");
+    let mut waiting = gate.acquire(p(1));
+    assert!((&mut waiting).now_or_never().is_none());
+    drop(running);
+    let next = waiting
+        .now_or_never()
+        .expect("the freed slot")
+        .expect("admitted");
+    assert_eq!(totals(&gate).cancelled_inflight, 1);
+    next.ignore();
+    assert_eq!(totals(&gate).completed_ignored, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_admission_nobody_collects_goes_back() {
+    let gate = fixed(1, queue(10_000));
+    let running = gate.acquire(p(1)).await.expect("admitted");
+    let mut waiting = gate.acquire(p(1));
+    assert!((&mut waiting).now_or_never().is_none());
+    running.success(); // admits `waiting`, which is never polled again
+    drop(waiting);
+    let snapshot = gate.snapshot();
+    assert_eq!(snapshot.inflight, 0);
+    assert_eq!(snapshot.counters.total().cancelled_inflight, 1);
+}
+
+/// Random callers: each acquires with a random priority, may give up while waiting, holds
+/// its permit a random time, and ends it in a random way (including dropping it). Across
+/// 100,000 callers in paused time, the gate must end empty with every arrival accounted for.
+#[tokio::test(start_paused = true)]
+async fn no_slot_leaks_under_random_cancellation() {
+    const CALLERS: usize = 100_000;
+    let mut config = GateConfig::default();
+    config.queue.timeout = Nanos::from_millis(30);
+    let gate = SharedGate::new(&config, Duration::from_secs(1));
+    let mut rng = Rng::seed(4);
+    let finished = Arc::new(AtomicUsize::new(0));
+    for _ in 0..CALLERS {
+        let gate = gate.clone();
+        let finished = finished.clone();
+        let priority = Priority::new((rng.next_u64() % 6) as u32, (rng.next_u64() % 128) as u32)
+            .expect("valid");
+        let patience = Duration::from_micros(rng.next_u64() % 40_000);
+        let hold = Duration::from_micros(500 + rng.next_u64() % 3_000);
+        let ending = rng.next_u64() % 5;
+        tokio::spawn(async move {
+            if let Ok(Ok(permit)) = tokio::time::timeout(patience, gate.acquire(priority)).await {
+                tokio::time::sleep(hold).await;
+                match ending {
+                    0 => permit.success(),
+                    1 => permit.dropped(),
+                    2 => permit.ignore(),
+                    _ => drop(permit),
+                }
+            }
+            finished.fetch_add(1, Ordering::Relaxed);
+        });
+        tokio::time::advance(Duration::from_micros(rng.next_u64() % 200)).await;
+    }
+    while finished.load(Ordering::Relaxed) < CALLERS {
+        tokio::time::advance(Duration::from_millis(1)).await;
+    }
+    let snapshot = gate.snapshot();
+    let total = snapshot.counters.total();
+    assert_eq!(
+        (snapshot.inflight, snapshot.lent, snapshot.queued),
+        (0, 0, 0),
+        "{snapshot:?}"
+    );
+    assert_eq!(total.arrived, CALLERS as u64);
+    assert_eq!(total.arrived, total.ended());
+    assert!(
+        total.cancelled_queued > 0
+            && total.cancelled_inflight > 0
+            && total.rejected() + total.expired > 0,
+        "{total:?}"
+    );
+}
+
+/// Two threads hammering the gate: the lock-free path and the locked one race; nothing may
+/// leak or be counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_threads_leave_nothing_behind() {
+    let mut config = GateConfig {
+        limit: LimitConfig::of(LimitAlgorithm::Fixed),
+        ..GateConfig::default()
+    };
+    config.limit.fixed.limit = 4;
+    let gate = SharedGate::new(&config, Duration::from_secs(1));
+    let mut workers = Vec::new();
+    for worker in 0..4u64 {
+        let gate = gate.clone();
+        workers.push(tokio::spawn(async move {
+            let mut ok = 0u64;
+            for i in 0..20_000u64 {
+                match gate.acquire(p(((worker + i) % 6) as u32)).await {
+                    Ok(permit) if i % 7 == 0 => drop(permit),
+                    Ok(permit) => {
+                        ok += 1;
+                        permit.success();
+                    }
+                    Err(_) => {}
+                }
+            }
+            ok
+        }));
+    }
+    let mut ok = 0;
+    for worker in workers {
+        ok += worker.await.expect("worker");
+    }
+    let snapshot = gate.snapshot();
+    let total = snapshot.counters.total();
+    assert_eq!(
+        (snapshot.inflight, snapshot.lent, snapshot.queued),
+        (0, 0, 0)
+    );
+    assert_eq!(total.arrived, 80_000);
+    assert_eq!(total.completed_ok, ok);
+    assert_eq!(total.arrived, total.ended());
+}
