@@ -126,29 +126,24 @@ impl PdcConfig {
         Ok(limit as u64)
     }
 
+    /// The processes of the producer, the dispatcher and the consumer, each on its own
+    /// random stream derived from the seed.
+    pub fn processes(&self) -> [Process; 3] {
+        let stream = |n: u64| Rng::seed(splitmix64(self.seed).wrapping_add(n));
+        let per_sec = |rate: u64| (1_000_000_000, rate);
+        let m = self.multiplier;
+        [
+            Process::new(self.producer, per_sec(self.producer_rate), m, stream(1)),
+            Process::new(self.dispatcher, (self.period.as_nanos(), 1), m, stream(2)),
+            Process::new(self.consumer, per_sec(self.consumer_rate), m, stream(3)),
+        ]
+    }
+
     /// Runs the model; see the module documentation.
     pub fn run(&self) -> Result<PdcReport, ConfigError> {
         let limit = self.limit()?;
-        let stream = |n: u64| Rng::seed(splitmix64(self.seed).wrapping_add(n));
-        let mut producer = Process::new(
-            self.producer,
-            1e9 / self.producer_rate as f64,
-            self.multiplier,
-            stream(1),
-        );
+        let [mut producer, mut dispatcher, mut consumer] = self.processes();
         let mut replay = producer.clone();
-        let mut dispatcher = Process::new(
-            self.dispatcher,
-            self.period.as_nanos() as f64,
-            self.multiplier,
-            stream(2),
-        );
-        let mut consumer = Process::new(
-            self.consumer,
-            1e9 / self.consumer_rate as f64,
-            self.multiplier,
-            stream(3),
-        );
 
         let end = self.duration.as_nanos();
         let mut latencies = Histogram::new();
