@@ -29,7 +29,7 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum Sim {
-    /// The producer-dispatcher-consumer model of ScyllaDB's "phantom jams" article.
+    /// The producer-dispatcher-consumer model of ScyllaDB's "phantom jams" article
     ///
     /// A producer generates messages at PRODUCER_RATE into a queue; a dispatcher wakes up once
     /// per --period and moves messages from the queue into the consumer, never letting it hold
@@ -144,10 +144,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// A configuration the model refuses is a usage error: report it as clap does (exit 2).
+/// A configuration the model refuses is a usage error: report it as clap does, with the
+/// usage of `tidegate sim pdc`, and exit 2.
 fn usage_error(msg: impl std::fmt::Display) -> ! {
-    Cli::command()
-        .error(ErrorKind::ValueValidation, msg.to_string())
+    let mut cli = Cli::command();
+    cli.build();
+    let mut pdc = cli
+        .find_subcommand("sim")
+        .and_then(|sim| sim.find_subcommand("pdc"))
+        .cloned()
+        .unwrap_or(cli);
+    pdc.error(ErrorKind::ValueValidation, msg.to_string())
         .exit()
 }
 
