@@ -1,8 +1,8 @@
 //! The event-driven engine against stepping virtual time by 1 us, as the article's tool does.
 //!
-//! `cargo bench -p tidegate-sim --bench pdc -- [SECONDS]` runs `poisson 200000 uniform uniform
-//! 200000` for SECONDS of virtual time (default 20) with both engines, prints both result lines
-//! and the wall-clock times and their ratio. Under `cargo test --bench pdc` it runs 2 s as a
+//! `cargo bench -p tidegate-sim --bench pdc -- [SECONDS [RATE]]` runs `poisson RATE uniform
+//! uniform 200000` (RATE 200000 by default) for SECONDS of virtual time (default 20) with both
+//! engines, prints both result lines, the wall-clock times and their ratio. Under `cargo test --bench pdc` it runs 2 s as a
 //! smoke test and checks that both engines agree where they must (all uniform).
 //!
 //! The stepping engine below exists only for this comparison. It is a straightforward
@@ -86,10 +86,10 @@ fn line(([mean, p95, p99, max], max_queued): Summary) -> String {
     )
 }
 
-fn config(secs: u64, producer: ProcessKind) -> PdcConfig {
+fn config(secs: u64, producer: ProcessKind, rate: u64) -> PdcConfig {
     PdcConfig::new(
         Nanos::from_secs(secs),
-        (producer, 200_000),
+        (producer, rate),
         ProcessKind::Uniform,
         (ProcessKind::Uniform, 200_000),
     )
@@ -99,7 +99,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") {
         // Smoke test: on a short run both engines give the ideal 0.5 ms when all is uniform.
-        let c = config(2, ProcessKind::Uniform);
+        let c = config(2, ProcessKind::Uniform, 200_000);
         let event = c.run().expect("valid configuration");
         let step = stepping(&c);
         assert_eq!(step.0[3], 500_000, "stepping: {}", line(step));
@@ -109,9 +109,11 @@ fn main() {
         println!("pdc bench smoke: both engines agree ({event})");
         return;
     }
-    let secs: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20);
-    let c = config(secs, ProcessKind::Poisson);
-    println!("poisson 200000 uniform uniform 200000, {secs} s of virtual time, seed 1");
+    let mut numbers = args.iter().filter_map(|a| a.parse::<u64>().ok());
+    let secs = numbers.next().unwrap_or(20);
+    let rate = numbers.next().unwrap_or(200_000).max(1);
+    let c = config(secs, ProcessKind::Poisson, rate);
+    println!("poisson {rate} uniform uniform 200000, {secs} s of virtual time, seed 1");
 
     let start = Instant::now();
     let event = black_box(c.run().expect("valid configuration"));
@@ -126,7 +128,7 @@ fn main() {
     let step = black_box(stepping(&c));
     let step_time = start.elapsed();
     println!(
-        "1-us stepping  {:>8.3} s   200000 200000  {}",
+        "1-us stepping  {:>8.3} s   {rate} 200000  {}",
         step_time.as_secs_f64(),
         line(step)
     );
