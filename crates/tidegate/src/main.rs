@@ -1,14 +1,196 @@
 //! The `tidegate` command line.
 
-use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
+use tidegate_core::Nanos;
+use tidegate_sim::pdc::sweep::{self, Axis, Sweep};
+use tidegate_sim::pdc::{DEFAULT_MULTIPLIER, PdcConfig, ProcessKind};
 
 /// tidegate keeps services fast when more traffic arrives than they can serve: it learns how
 /// much the service can do in parallel, queues a little, and turns the rest away early, lowest
 /// priority first.
 #[derive(Debug, Parser)]
 #[command(name = "tidegate", version)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
 
-fn main() {
-    let Cli {} = Cli::parse();
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a model in virtual time (deterministic from a seed).
+    #[command(subcommand)]
+    Sim(Sim),
+}
+
+#[derive(Debug, Subcommand)]
+enum Sim {
+    /// The producer-dispatcher-consumer model of ScyllaDB's "phantom jams" article
+    ///
+    /// A producer generates messages at PRODUCER_RATE into a queue; a dispatcher wakes up once
+    /// per --period and moves messages from the queue into the consumer, never letting it hold
+    /// more than floor(multiplier x period x CONSUMER_RATE) messages; the consumer processes
+    /// them in order at CONSUMER_RATE. Each component spaces its events by a process:
+    /// uniform (exactly the nominal gap L), poisson (L x Exp(1)), expdelay (L x (1 + Exp(1))),
+    /// capdelay (L x U(1, 2 x multiplier)).
+    ///
+    /// Prints, as the article's tool does, one line with the latencies (production to end of
+    /// processing) in seconds:
+    /// PROD_RATE CONS_RATE  mean S  p95 S  p99 S  max S  max_queued N
+    ///
+    /// With --sweep, runs a grid of points instead and prints a table, one row per point,
+    /// with the consumed messages per second (the effective dispatch rate when the producer
+    /// outpaces the dispatcher). The positional arguments are the base of the grid.
+    ///
+    /// Examples:
+    ///   tidegate sim pdc 600 uniform 200000 uniform uniform 200000
+    ///   tidegate sim pdc 60 uniform 200000 uniform uniform 200000 --sweep jitter=producer,consumer,dispatcher --sweep rate=20000..200000:20000
+    ///   tidegate sim pdc 60 uniform 400000 poisson uniform 200000 --sweep period=250us,500us,2ms --sweep multiplier=0.5..4:0.5
+    #[command(verbatim_doc_comment)]
+    Pdc(PdcArgs),
+}
+
+#[derive(Debug, Args)]
+struct PdcArgs {
+    /// Virtual time to simulate: seconds ("600") or a duration with a unit ("1.5s", "200ms").
+    #[arg(value_parser = parse_duration)]
+    duration: Nanos,
+    /// The producer's process: uniform, poisson, expdelay or capdelay.
+    producer: ProcessKind,
+    /// Messages per second the producer generates (a whole number, at least 1).
+    #[arg(value_parser = parse_rate)]
+    producer_rate: u64,
+    /// The dispatcher's process: uniform, poisson, expdelay or capdelay.
+    dispatcher: ProcessKind,
+    /// The consumer's process: uniform, poisson, expdelay or capdelay.
+    consumer: ProcessKind,
+    /// Messages per second the consumer processes (a whole number, at least 1).
+    #[arg(value_parser = parse_rate)]
+    consumer_rate: u64,
+    /// The dispatcher's nominal time between wake-ups (Seastar's 2 kHz).
+    #[arg(long, default_value = "500us", value_parser = parse_period)]
+    period: Nanos,
+    /// The consumer may hold this many times the C x period messages it processes between
+    /// two ideal wake-ups (Seastar's 1.5).
+    #[arg(long, default_value_t = DEFAULT_MULTIPLIER, value_parser = parse_multiplier)]
+    multiplier: f64,
+    /// Seed of the random processes: same arguments and seed, same output, byte for byte.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Sweep a parameter: KEY=VALUES, VALUES a comma-separated list of values or ranges
+    /// FROM..TO:STEP. Repeat for a grid (first outermost). Keys: rate (the producer's),
+    /// consumer-rate, multiplier, period, jitter (producer, dispatcher, consumer or none: that
+    /// component runs poisson and the other two uniform, replacing the processes given).
+    #[arg(long, value_name = "KEY=VALUES")]
+    sweep: Vec<Axis>,
+    /// Also write the results as CSV into this directory (created if needed).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Threads for the points of a sweep [default: the available cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: Option<u16>,
+}
+
+fn parse_duration(s: &str) -> Result<Nanos, String> {
+    let d = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Nanos::from_secs_f64(secs),
+        Ok(_) => return Err("must be longer than zero".to_owned()),
+        Err(_) => s.parse::<Nanos>().map_err(|e| e.to_string())?,
+    };
+    if d.is_zero() {
+        return Err("must be longer than zero".to_owned());
+    }
+    Ok(d)
+}
+
+fn parse_period(s: &str) -> Result<Nanos, String> {
+    match s.parse::<Nanos>() {
+        Ok(d) if d.is_zero() => Err("must be longer than zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_rate(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(r) if r >= 1 => Ok(r),
+        _ => Err("expected messages per second, a whole number of at least 1".to_owned()),
+    }
+}
+
+fn parse_multiplier(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(m) if m.is_finite() && m > 0.0 => Ok(m),
+        _ => Err("expected a positive number, e.g. 1.5".to_owned()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => Ok(()),
+        Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A configuration the model refuses is a usage error: report it as clap does, with the
+/// usage of `tidegate sim pdc`, and exit 2.
+fn usage_error(msg: impl std::fmt::Display) -> ! {
+    let mut cli = Cli::command();
+    cli.build();
+    let mut pdc = cli
+        .find_subcommand("sim")
+        .and_then(|sim| sim.find_subcommand("pdc"))
+        .cloned()
+        .unwrap_or(cli);
+    pdc.error(ErrorKind::ValueValidation, msg.to_string())
+        .exit()
+}
+
+fn pdc(args: PdcArgs) -> anyhow::Result<()> {
+    let base = PdcConfig {
+        duration: args.duration,
+        producer: args.producer,
+        producer_rate: args.producer_rate,
+        dispatcher: args.dispatcher,
+        consumer: args.consumer,
+        consumer_rate: args.consumer_rate,
+        period: args.period,
+        multiplier: args.multiplier,
+        seed: args.seed,
+    };
+    let (reports, text) = if args.sweep.is_empty() {
+        let report = base.run().unwrap_or_else(|e| usage_error(e));
+        let line = format!("{report}\n");
+        (vec![report], line)
+    } else {
+        let sweep = Sweep::new(base, args.sweep).unwrap_or_else(|e| usage_error(e));
+        let jobs = args.jobs.map_or_else(
+            || std::thread::available_parallelism().map_or(1, usize::from),
+            usize::from,
+        );
+        let reports = sweep.run(jobs).unwrap_or_else(|e| usage_error(e));
+        let table = sweep.table(&reports);
+        (reports, table)
+    };
+    print!("{text}");
+    if let Some(dir) = args.out {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("pdc.csv");
+        std::fs::write(&path, sweep::csv(&reports))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }

@@ -1,0 +1,168 @@
+//! A log-linear histogram of nanosecond values, HDR-style.
+//!
+//! Why: a simulation of 600 s at 200,000 messages per second records 120 million latencies;
+//! keeping them to sort would cost a gigabyte. This histogram has a fixed size (56,320
+//! counters, 440 KiB) whatever the number of samples, records in a few instructions, and
+//! answers quantiles within 0.05% of the true value: values below 2,048 ns are exact, and
+//! above that each power of two is split into 1,024 equal buckets, so a bucket is never wider
+//! than 1/1,024 of its values and its midpoint is within 1/2,048. The mean, minimum and maximum
+//! are exact.
+
+/// Values below `1 << SUB_BITS` are counted exactly.
+const SUB_BITS: u32 = 11;
+const SUB: u64 = 1 << SUB_BITS;
+const HALF: u64 = SUB / 2;
+/// One exact range, then 1,024 buckets for each power of two from 2^11 to 2^63.
+const BUCKETS: usize = (SUB + (64 - SUB_BITS as u64) * HALF) as usize;
+
+/// Counts of nanosecond values; see the module documentation.
+#[derive(Clone)]
+pub struct Histogram {
+    counts: Box<[u64]>,
+    total: u64,
+    sum: u128,
+    min: u64,
+    max: u64,
+}
+
+impl std::fmt::Debug for Histogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Histogram")
+            .field("total", &self.total)
+            .field("min", &self.min)
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram::new()
+    }
+}
+
+#[inline]
+fn index(value: u64) -> usize {
+    if value < SUB {
+        value as usize
+    } else {
+        // `value` has its top bit at position `top` >= 11; keep its 11 leading bits.
+        let top = 63 - value.leading_zeros();
+        let shift = top + 1 - SUB_BITS;
+        (SUB + u64::from(shift - 1) * HALF + ((value >> shift) - HALF)) as usize
+    }
+}
+
+/// The lowest value and the width of bucket `i`.
+fn bucket(i: usize) -> (u64, u64) {
+    let i = i as u64;
+    if i < SUB {
+        (i, 1)
+    } else {
+        let shift = (i - SUB) / HALF + 1;
+        let mantissa = (i - SUB) % HALF + HALF;
+        (mantissa << shift, 1 << shift)
+    }
+}
+
+impl Histogram {
+    pub fn new() -> Histogram {
+        Histogram {
+            counts: vec![0; BUCKETS].into_boxed_slice(),
+            total: 0,
+            sum: 0,
+            min: u64::MAX,
+            max: 0,
+        }
+    }
+
+    #[inline]
+    pub fn record(&mut self, value: u64) {
+        self.counts[index(value)] += 1;
+        self.total += 1;
+        self.sum += u128::from(value);
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.total
+    }
+
+    /// The exact mean, rounded down to a nanosecond; `None` when empty.
+    pub fn mean(&self) -> Option<u64> {
+        (self.total > 0).then(|| (self.sum / u128::from(self.total)) as u64)
+    }
+
+    pub fn min(&self) -> Option<u64> {
+        (self.total > 0).then_some(self.min)
+    }
+
+    pub fn max(&self) -> Option<u64> {
+        (self.total > 0).then_some(self.max)
+    }
+
+    /// The `q`-quantile (`q` in `[0, 1]`): the value of the sample of rank `ceil(q * count)`,
+    /// within 0.05% (the midpoint of its bucket, kept within the exact minimum and maximum);
+    /// `None` when empty.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        if self.total == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                let (low, width) = bucket(i);
+                let mid = low + (width - 1) / 2;
+                return Some(mid.clamp(self.min, self.max));
+            }
+        }
+        Some(self.max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_tile_the_whole_range() {
+        let mut next = 0u64;
+        for i in 0..BUCKETS {
+            let (low, width) = bucket(i);
+            assert_eq!(low, next, "bucket {i}");
+            assert_eq!(index(low), i);
+            assert_eq!(index(low + (width - 1)), i);
+            next = low.wrapping_add(width);
+        }
+        assert_eq!(next, 0, "the last bucket ends at u64::MAX");
+    }
+
+    #[test]
+    fn quantiles_are_within_a_twentieth_of_a_percent() {
+        let mut h = Histogram::new();
+        for v in 1..=100_000u64 {
+            h.record(v * 1_000);
+        }
+        for (q, exact) in [(0.5, 50_000_000u64), (0.95, 95_000_000), (0.99, 99_000_000)] {
+            let got = h.quantile(q).expect("not empty");
+            let err = got.abs_diff(exact) as f64 / exact as f64;
+            assert!(err < 0.0005, "q {q}: {got} vs {exact}");
+        }
+        assert_eq!(h.max(), Some(100_000_000));
+        assert_eq!(h.mean(), Some(50_000_500));
+    }
+
+    #[test]
+    fn a_constant_is_reported_exactly() {
+        let mut h = Histogram::new();
+        for _ in 0..10 {
+            h.record(500_000);
+        }
+        assert_eq!(h.quantile(0.99), Some(500_000));
+        assert_eq!(h.quantile(0.0), Some(500_000));
+        assert_eq!(Histogram::new().quantile(0.5), None);
+    }
+}

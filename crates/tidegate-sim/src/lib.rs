@@ -1,0 +1,13 @@
+//! tidegate's simulator: models of overload experiments, run in virtual time.
+//!
+//! Every model here is event-driven: it jumps from one event to the next instead of stepping
+//! virtual time, so that hours of simulated traffic at hundreds of thousands of messages per
+//! second take seconds, and it draws all randomness from seeded [`tidegate_core::rng::Rng`]
+//! streams, so that the same arguments and seed give byte-identical results.
+//!
+//! - [`pdc`]: the producer-dispatcher-consumer model of ScyllaDB's "phantom jams" article.
+//! - [`histogram`]: a fixed-size log-linear latency histogram (memory independent of the
+//!   number of samples).
+
+pub mod histogram;
+pub mod pdc;
