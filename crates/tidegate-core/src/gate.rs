@@ -9,7 +9,8 @@
 //! A thread-safe front end can admit without taking a lock while nothing is queued: the gate
 //! *lends* it its free slots ([`Gate::lend`]), the front end hands them out with an atomic
 //! decrement, and each comes back through [`Gate::complete_lent`] or [`Gate::cancel_lent`],
-//! which count the request then. Lent slots are in flight from the moment they are lent, so
+//! which count the request then, or stays with the front end for the next request while
+//! [`Gate::record_lent`] counts the one that used it. Lent slots are in flight from the moment they are lent, so
 //! the limit holds; the reconciliation reads `arrived == ended + (in flight - lent) + queued`.
 //!
 //! Like quinn-proto's connection, the gate does no I/O and reads no clock. Calls return what
@@ -431,6 +432,33 @@ impl Gate {
                 priority: permit.priority,
             },
         );
+    }
+
+    /// A request that took a lent slot finished, and the front end already put its slot back
+    /// among the ones it holds (the slot stays lent): the request is counted and, with an
+    /// outcome, feeds the limit; `None` counts it as cancelled. Nothing moves in or out of
+    /// the service. `now` is when it finished, at or before the time of the gate's latest call.
+    pub fn record_lent(&mut self, now: Time, permit: LentPermit, outcome: Option<Outcome>) {
+        self.count_lent(permit.priority);
+        self.stats.completed += 1;
+        let tier = self.counters.tier(permit.priority);
+        let Some(outcome) = outcome else {
+            tier.cancelled_inflight += 1;
+            return;
+        };
+        match outcome {
+            Outcome::Success => tier.completed_ok += 1,
+            Outcome::Dropped => tier.completed_dropped += 1,
+            Outcome::Ignored => tier.completed_ignored += 1,
+        }
+        let rtt = now - permit.admitted;
+        self.limit.on_sample(&Sample {
+            now,
+            rtt,
+            inflight: permit.inflight,
+            outcome,
+        });
+        self.refresh_limit();
     }
 
     fn count_lent(&mut self, priority: Priority) {

@@ -107,6 +107,11 @@ enum Op {
     CancelLent {
         which: usize,
     },
+    /// A lent request ends and the front end keeps its slot (`None`: cancelled).
+    RecordLent {
+        which: usize,
+        outcome: Option<u8>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -122,6 +127,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..6u32).prop_map(|tier| Op::FastArrive { tier }),
         2 => (any::<usize>(), 0..3u8).prop_map(|(which, outcome)| Op::CompleteLent { which, outcome }),
         1 => any::<usize>().prop_map(|which| Op::CancelLent { which }),
+        2 => (any::<usize>(), prop::option::of(0..3u8)).prop_map(|(which, outcome)| Op::RecordLent { which, outcome }),
     ]
 }
 
@@ -318,12 +324,19 @@ proptest! {
                     let permit = model.lent.swap_remove(which % model.lent.len());
                     gate.cancel_lent(now, permit);
                 }
+                Op::RecordLent { which, outcome } if !model.lent.is_empty() => {
+                    let permit = model.lent.swap_remove(which % model.lent.len());
+                    let outcome = outcome.map(|o| [Outcome::Success, Outcome::Dropped, Outcome::Ignored][o as usize]);
+                    gate.record_lent(now, permit, outcome);
+                    model.credits += 1;
+                }
                 Op::Complete { .. }
                 | Op::CancelPermit { .. }
                 | Op::Cancel { .. }
                 | Op::FastArrive { .. }
                 | Op::CompleteLent { .. }
-                | Op::CancelLent { .. } => {}
+                | Op::CancelLent { .. }
+                | Op::RecordLent { .. } => {}
             }
             let admitted = model.drain(&mut gate, now)?;
             model.check(&gate, admitted)?;

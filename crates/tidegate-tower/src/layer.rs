@@ -22,6 +22,7 @@ use tidegate_core::limit::Outcome;
 use tidegate_core::{Nanos, Priority};
 use tower::{BoxError, Layer, Service};
 
+use crate::ClockSource;
 use crate::body::PermitBody;
 use crate::shared::{Acquire, SharedGate};
 
@@ -33,6 +34,7 @@ type Classify<B> = Arc<dyn Fn(&Request<B>) -> Priority + Send + Sync>;
 pub struct Builder<B> {
     config: GateConfig,
     retry_after: Duration,
+    clock: ClockSource,
     classify: Classify<B>,
     outcome: fn(StatusCode) -> Outcome,
 }
@@ -42,6 +44,7 @@ impl<B> Default for Builder<B> {
         Builder {
             config: GateConfig::default(),
             retry_after: Duration::from_secs(1),
+            clock: ClockSource::Auto,
             classify: Arc::new(|_| Priority::default()),
             outcome: default_outcome,
         }
@@ -102,6 +105,13 @@ impl<B> Builder<B> {
         self
     }
 
+    /// Which clock the gate reads. Default [`ClockSource::Auto`]: the CPU's time-stamp
+    /// counter, or tokio's clock when the gate is built inside a runtime with paused time.
+    pub fn clock(mut self, clock: ClockSource) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// How to read a request's priority: a tier and a cohort, from a header, the route, the
     /// caller's identity. Default: [`Priority::default`] for all.
     pub fn priority(
@@ -123,7 +133,7 @@ impl<B> Builder<B> {
 
     pub fn build(self) -> TidegateLayer<B> {
         TidegateLayer {
-            gate: SharedGate::new(&self.config, self.retry_after),
+            gate: SharedGate::with_clock(&self.config, self.retry_after, self.clock),
             classify: self.classify,
             outcome: self.outcome,
         }

@@ -9,6 +9,7 @@
 //! - [`lease`]: advertise the service's current lease to the proxies in front of it.
 
 mod body;
+mod clock;
 pub mod error;
 mod layer;
 pub mod lease;
@@ -16,6 +17,7 @@ pub mod metrics;
 mod shared;
 
 pub use body::PermitBody;
+pub use clock::ClockSource;
 pub use error::{Shed, ShedReason};
 pub use layer::{Builder, ResponseFuture, Tidegate, TidegateLayer, default_outcome};
 pub use shared::{Acquire, Permit, SharedGate};

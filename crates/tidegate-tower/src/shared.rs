@@ -10,21 +10,31 @@
 //!   locked call the credits are re-synchronised with the core (unused ones reclaimed, free
 //!   ones lent again), so they never exceed the limit in force and disappear as soon as a
 //!   queue forms, when arrivals must be ordered by priority under the lock.
+//! - **Returned slots.** While the gate still lends, a request that took a lent slot puts it
+//!   back into the counter when it ends, and leaves what the core must learn from it (its
+//!   latency, its outcome) in a bounded lock-free buffer. The next locked call, whoever makes
+//!   it, first records the buffered requests in the core ([`Gate::record_lent`]), so every
+//!   decision under the lock sees them; a full buffer, a due tick or a gate that stopped
+//!   lending sends the release through the lock instead. A release that races the gate
+//!   closing can leave a credit the next locked call takes back; until then one arrival may
+//!   pass a queue that formed a moment before.
 //! - **No timer task.** Time-driven work (expiring queued requests, the regulator's periodic
 //!   update) is done by whoever calls in after it fell due: every acquire and release checks
 //!   an atomic "next tick" time, and a queued request sleeps until its own deadline, then
 //!   ticks the gate itself. A gate with no traffic has nothing to do.
 //!
-//! Time is tokio's clock (`tokio::time::Instant`), so tests run in paused virtual time.
+//! Time comes from [`crate::ClockSource`]: the CPU's time-stamp counter in production, tokio's
+//! clock when it is paused, so that tests run in virtual time.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
+use crossbeam_queue::ArrayQueue;
 use prometheus_client::metrics::histogram::Histogram;
 use tidegate_core::config::GateConfig;
 use tidegate_core::gate::{Arrival, Event, Gate, Lease, LentPermit, Snapshot};
@@ -33,6 +43,7 @@ use tidegate_core::queue::Ticket;
 use tidegate_core::{Nanos, Priority, Time};
 use tokio::time::{Instant, Sleep};
 
+use crate::clock::{Clock, ClockSource};
 use crate::error::{Shed, ShedReason};
 
 /// A gate shared by every task of a service: clone it freely, each clone is the same gate.
@@ -50,11 +61,26 @@ pub(crate) struct Inner {
     settled_inflight: AtomicU32,
     /// When the core next has time-driven work, in its nanoseconds.
     next_tick: AtomicU64,
-    epoch: Instant,
+    /// Whether the core lends, as of the last settle: released slots may go back to the
+    /// credits.
+    lending: AtomicBool,
+    /// Requests that ended on a lent slot that went back to the credits, not yet recorded.
+    returned: ArrayQueue<Returned>,
+    clock: Clock,
     retry_after: std::time::Duration,
     /// Time spent queued by requests admitted from the queue, in seconds.
     queue_wait: Histogram,
 }
+
+/// A request that ended on a lent slot, waiting to be recorded by the core.
+struct Returned {
+    permit: LentPermit,
+    outcome: Option<Outcome>,
+    at: Time,
+}
+
+/// How many ended requests may wait to be recorded before a release takes the lock itself.
+const RETURNED_CAPACITY: usize = 256;
 
 struct State {
     gate: Gate,
@@ -75,6 +101,15 @@ enum Decision {
 impl SharedGate {
     /// A gate with `config`; shed requests are told to retry after `retry_after`.
     pub fn new(config: &GateConfig, retry_after: std::time::Duration) -> SharedGate {
+        SharedGate::with_clock(config, retry_after, ClockSource::Auto)
+    }
+
+    /// As [`SharedGate::new`], reading the time from `clock`.
+    pub fn with_clock(
+        config: &GateConfig,
+        retry_after: std::time::Duration,
+        clock: ClockSource,
+    ) -> SharedGate {
         let buckets = prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 14);
         SharedGate {
             inner: Arc::new(Inner {
@@ -85,7 +120,9 @@ impl SharedGate {
                 credits: AtomicU32::new(0),
                 settled_inflight: AtomicU32::new(0),
                 next_tick: AtomicU64::new(0),
-                epoch: Instant::now(),
+                lending: AtomicBool::new(false),
+                returned: ArrayQueue::new(RETURNED_CAPACITY),
+                clock: Clock::new(clock),
                 retry_after,
                 queue_wait: Histogram::new(buckets),
             }),
@@ -149,17 +186,29 @@ impl fmt::Debug for SharedGate {
 
 impl Inner {
     fn now(&self) -> Time {
-        Time::ZERO + Nanos::from(self.epoch.elapsed())
+        self.clock.now()
     }
 
     fn instant(&self, at: Time) -> Instant {
-        self.epoch + std::time::Duration::from(at - Time::ZERO)
+        self.clock.instant(at)
     }
 
+    /// Locks the core and records the requests that ended on returned slots, so that what
+    /// happens under the lock sees them.
+    ///
     /// A poisoned lock means a panic while the gate was being updated by another thread; its
     /// state is still consistent (every update is a few field writes), so carry on.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(Returned {
+            permit,
+            outcome,
+            at,
+        }) = self.returned.pop()
+        {
+            state.gate.record_lent(at, permit, outcome);
+        }
+        state
     }
 
     fn tick_due(&self, now: Time) -> bool {
@@ -224,6 +273,7 @@ impl Inner {
         }
         self.settled_inflight
             .store(state.gate.inflight(), Ordering::Relaxed);
+        self.lending.store(state.gate.may_lend(), Ordering::Release);
         self.next_tick
             .store(state.gate.next_tick().as_nanos(), Ordering::Relaxed);
     }
@@ -237,6 +287,22 @@ impl Inner {
 
     fn release(&self, permit: Held, outcome: Option<Outcome>) {
         let now = self.now();
+        let permit = match permit {
+            Held::Lent(permit) if self.lending.load(Ordering::Acquire) && !self.tick_due(now) => {
+                match self.returned.push(Returned {
+                    permit,
+                    outcome,
+                    at: now,
+                }) {
+                    Ok(()) => {
+                        self.credits.fetch_add(1, Ordering::AcqRel);
+                        return;
+                    }
+                    Err(full) => Held::Lent(full.permit),
+                }
+            }
+            held => held,
+        };
         let mut state = self.lock();
         match (permit, outcome) {
             (Held::Core(permit), Some(outcome)) => state.gate.complete(now, permit, outcome),

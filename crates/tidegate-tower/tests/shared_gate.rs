@@ -253,10 +253,17 @@ async fn two_threads_leave_nothing_behind() {
             ok
         }));
     }
-    let mut ok = 0;
-    for worker in workers {
-        ok += worker.await.expect("worker");
-    }
+    // Bounded: a leaked slot would make every later acquire wait out its queue timeout.
+    let all = async {
+        let mut ok = 0;
+        for worker in workers {
+            ok += worker.await.expect("worker");
+        }
+        ok
+    };
+    let ok = tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("no slot leaked: the workers finish");
     let snapshot = gate.snapshot();
     let total = snapshot.counters.total();
     assert_eq!(
