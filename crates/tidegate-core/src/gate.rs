@@ -351,21 +351,39 @@ impl Gate {
     pub fn complete(&mut self, now: Time, permit: Permit, outcome: Outcome) {
         self.inflight -= 1;
         self.stats.completed += 1;
-        let tier = self.counters.tier(permit.priority);
+        self.learn(
+            now,
+            permit.admitted,
+            permit.inflight,
+            permit.priority,
+            outcome,
+        );
+        self.fill(now);
+    }
+
+    /// Counts a finished request's outcome and feeds the limit with it.
+    fn learn(
+        &mut self,
+        now: Time,
+        admitted: Time,
+        inflight: u32,
+        priority: Priority,
+        outcome: Outcome,
+    ) {
+        let tier = self.counters.tier(priority);
         match outcome {
             Outcome::Success => tier.completed_ok += 1,
             Outcome::Dropped => tier.completed_dropped += 1,
             Outcome::Ignored => tier.completed_ignored += 1,
         }
-        let rtt = now - permit.admitted;
+        let rtt = now - admitted;
         self.limit.on_sample(&Sample {
             now,
             rtt,
-            inflight: permit.inflight,
+            inflight,
             outcome,
         });
         self.refresh_limit();
-        self.fill(now);
     }
 
     /// Lends every free slot to a lock-free front end, if arrivals may be admitted without
@@ -441,24 +459,16 @@ impl Gate {
     pub fn record_lent(&mut self, now: Time, permit: LentPermit, outcome: Option<Outcome>) {
         self.count_lent(permit.priority);
         self.stats.completed += 1;
-        let tier = self.counters.tier(permit.priority);
-        let Some(outcome) = outcome else {
-            tier.cancelled_inflight += 1;
-            return;
-        };
         match outcome {
-            Outcome::Success => tier.completed_ok += 1,
-            Outcome::Dropped => tier.completed_dropped += 1,
-            Outcome::Ignored => tier.completed_ignored += 1,
+            Some(outcome) => self.learn(
+                now,
+                permit.admitted,
+                permit.inflight,
+                permit.priority,
+                outcome,
+            ),
+            None => self.counters.tier(permit.priority).cancelled_inflight += 1,
         }
-        let rtt = now - permit.admitted;
-        self.limit.on_sample(&Sample {
-            now,
-            rtt,
-            inflight: permit.inflight,
-            outcome,
-        });
-        self.refresh_limit();
     }
 
     fn count_lent(&mut self, priority: Priority) {

@@ -72,33 +72,30 @@ fn layers(c: &mut Criterion) {
     let inner =
         service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(Body::new())) });
     let mut tidegate = TidegateLayer::<()>::builder().build().layer(inner);
-    group.bench_function("tidegate", |b| {
-        b.iter(|| {
-            let service = tidegate.ready().now_or_never().expect("ready").expect("ok");
-            let response = service
-                .call(Request::new(()))
-                .now_or_never()
-                .expect("ready")
-                .expect("ok");
-            drop(black_box(response));
-        })
-    });
+    group.bench_function("tidegate", |b| b.iter(|| one_call(&mut tidegate)));
     let mut tower = ServiceBuilder::new()
         .load_shed()
         .concurrency_limit(1000)
         .service(inner);
     group.bench_function("tower ConcurrencyLimit+LoadShed", |b| {
-        b.iter(|| {
-            let service = tower.ready().now_or_never().expect("ready").expect("ok");
-            let response = service
-                .call(Request::new(()))
-                .now_or_never()
-                .expect("ready")
-                .expect("ok");
-            drop(black_box(response));
-        })
+        b.iter(|| one_call(&mut tower))
     });
     group.finish();
+}
+
+/// One request through a stack that is ready at once and answers at once.
+fn one_call<S>(service: &mut S)
+where
+    S: Service<Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    let ready = service.ready().now_or_never().expect("ready").expect("ok");
+    let response = ready
+        .call(Request::new(()))
+        .now_or_never()
+        .expect("ready")
+        .expect("ok");
+    drop(black_box(response));
 }
 
 /// Two threads acquiring and releasing as fast as they can: time per operation of the pair,
