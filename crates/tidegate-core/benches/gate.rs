@@ -37,13 +37,11 @@ fn arrive_complete(c: &mut Criterion) {
         ),
         ("default".to_owned(), GateConfig::default()),
     ];
-    for limit in [
-        LimitAlgorithm::Aimd,
-        LimitAlgorithm::Vegas,
-        LimitAlgorithm::Gradient2,
-        LimitAlgorithm::HillClimb,
-        LimitAlgorithm::Autotune,
-    ] {
+    // Each adaptive limit with no regulator, each regulator with a fixed limit.
+    for limit in LimitAlgorithm::ALL
+        .into_iter()
+        .filter(|l| *l != LimitAlgorithm::Fixed)
+    {
         let config = GateConfig {
             limit: LimitConfig::of(limit),
             regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
@@ -51,11 +49,10 @@ fn arrive_complete(c: &mut Criterion) {
         };
         configs.push((format!("{limit:?}+off").to_lowercase(), config));
     }
-    for regulator in [
-        RegulatorAlgorithm::Pie,
-        RegulatorAlgorithm::Codel,
-        RegulatorAlgorithm::Pid,
-    ] {
+    for regulator in RegulatorAlgorithm::ALL
+        .into_iter()
+        .filter(|r| *r != RegulatorAlgorithm::Off)
+    {
         let config = GateConfig {
             limit: fixed.clone(),
             regulator: RegulatorConfig::of(regulator),

@@ -57,6 +57,18 @@ pub struct LimitConfig {
     pub autotune: AutotuneConfig,
 }
 
+impl LimitAlgorithm {
+    /// Every limit algorithm, for code that must cover them all.
+    pub const ALL: [LimitAlgorithm; 6] = [
+        LimitAlgorithm::Fixed,
+        LimitAlgorithm::Aimd,
+        LimitAlgorithm::Vegas,
+        LimitAlgorithm::Gradient2,
+        LimitAlgorithm::HillClimb,
+        LimitAlgorithm::Autotune,
+    ];
+}
+
 impl LimitConfig {
     /// A configuration selecting `algorithm` with its defaults.
     pub fn of(algorithm: LimitAlgorithm) -> LimitConfig {
@@ -97,6 +109,16 @@ pub struct RegulatorConfig {
     pub pie: PieConfig,
     pub codel: CodelConfig,
     pub pid: PidConfig,
+}
+
+impl RegulatorAlgorithm {
+    /// Every regulator, for code that must cover them all.
+    pub const ALL: [RegulatorAlgorithm; 4] = [
+        RegulatorAlgorithm::Off,
+        RegulatorAlgorithm::Pie,
+        RegulatorAlgorithm::Codel,
+        RegulatorAlgorithm::Pid,
+    ];
 }
 
 impl RegulatorConfig {
@@ -208,22 +230,8 @@ mod tests {
     fn every_combination_builds_a_working_gate() {
         use crate::limit::Outcome;
         use crate::{Nanos, Priority, Time};
-        let limits = [
-            LimitAlgorithm::Fixed,
-            LimitAlgorithm::Aimd,
-            LimitAlgorithm::Vegas,
-            LimitAlgorithm::Gradient2,
-            LimitAlgorithm::HillClimb,
-            LimitAlgorithm::Autotune,
-        ];
-        let regulators = [
-            RegulatorAlgorithm::Off,
-            RegulatorAlgorithm::Pie,
-            RegulatorAlgorithm::Codel,
-            RegulatorAlgorithm::Pid,
-        ];
-        for limit in limits {
-            for regulator in regulators {
+        for limit in LimitAlgorithm::ALL {
+            for regulator in RegulatorAlgorithm::ALL {
                 let config = GateConfig {
                     limit: LimitConfig::of(limit),
                     regulator: RegulatorConfig::of(regulator),

@@ -210,20 +210,6 @@ impl Model {
 /// The gates under test: a synthetic limit that jumps around and a regulator that rejects at
 /// random (to reach every path quickly), then every real limit with every real regulator.
 fn gate(choice: usize, seed: u64, queue: QueueConfig) -> Gate {
-    const LIMITS: [LimitAlgorithm; 6] = [
-        LimitAlgorithm::Fixed,
-        LimitAlgorithm::Aimd,
-        LimitAlgorithm::Vegas,
-        LimitAlgorithm::Gradient2,
-        LimitAlgorithm::HillClimb,
-        LimitAlgorithm::Autotune,
-    ];
-    const REGULATORS: [RegulatorAlgorithm; 4] = [
-        RegulatorAlgorithm::Off,
-        RegulatorAlgorithm::Pie,
-        RegulatorAlgorithm::Codel,
-        RegulatorAlgorithm::Pid,
-    ];
     match choice.checked_sub(1) {
         None => Gate::new(
             Box::new(Jumpy(Rng::seed(seed), 3)),
@@ -231,15 +217,15 @@ fn gate(choice: usize, seed: u64, queue: QueueConfig) -> Gate {
             queue,
         ),
         Some(i) => GateConfig {
-            limit: LimitConfig::of(LIMITS[i % 6]),
-            regulator: RegulatorConfig::of(REGULATORS[i / 6 % 4]),
+            limit: LimitConfig::of(LimitAlgorithm::ALL[i % LimitAlgorithm::ALL.len()]),
+            regulator: RegulatorConfig::of(RegulatorAlgorithm::ALL[i / LimitAlgorithm::ALL.len()]),
             queue,
         }
         .build(),
     }
 }
 
-const CHOICES: usize = 1 + 6 * 4;
+const CHOICES: usize = 1 + LimitAlgorithm::ALL.len() * RegulatorAlgorithm::ALL.len();
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
