@@ -425,31 +425,26 @@ impl Gate {
     /// A request that took a lent slot finished: it is counted as arrived, admitted and
     /// completed now, and feeds the limit like any other.
     pub fn complete_lent(&mut self, now: Time, permit: LentPermit, outcome: Outcome) {
-        self.lent = self.lent.saturating_sub(1);
-        self.count_lent(permit.priority);
-        self.complete(
-            now,
-            Permit {
-                admitted: permit.admitted,
-                inflight: permit.inflight,
-                priority: permit.priority,
-            },
-            outcome,
-        );
+        let permit = self.take_back(permit);
+        self.complete(now, permit, outcome);
     }
 
     /// The caller of a request that took a lent slot went away.
     pub fn cancel_lent(&mut self, now: Time, permit: LentPermit) {
+        let permit = self.take_back(permit);
+        self.cancel_permit(now, permit);
+    }
+
+    /// A lent slot comes back with the request that used it, counted now; from here on it is
+    /// an ordinary permit.
+    fn take_back(&mut self, permit: LentPermit) -> Permit {
         self.lent = self.lent.saturating_sub(1);
         self.count_lent(permit.priority);
-        self.cancel_permit(
-            now,
-            Permit {
-                admitted: permit.admitted,
-                inflight: permit.inflight,
-                priority: permit.priority,
-            },
-        );
+        Permit {
+            admitted: permit.admitted,
+            inflight: permit.inflight,
+            priority: permit.priority,
+        }
     }
 
     /// A request that took a lent slot finished, and the front end already put its slot back

@@ -264,8 +264,7 @@ impl Inner {
         if self.credits.load(Ordering::Acquire) > 0
             && (!state.gate.may_lend() || state.gate.inflight() > state.gate.limit())
         {
-            let unused = self.credits.swap(0, Ordering::AcqRel);
-            state.gate.reclaim(now, unused);
+            self.reclaim_credits(state, now);
         }
         let lent = state.gate.lend(now);
         if lent > 0 {
@@ -276,6 +275,14 @@ impl Inner {
         self.lending.store(state.gate.may_lend(), Ordering::Release);
         self.next_tick
             .store(state.gate.next_tick().as_nanos(), Ordering::Relaxed);
+    }
+
+    /// Gives the lent slots nobody took back to the core.
+    fn reclaim_credits(&self, state: &mut State, now: Time) {
+        let unused = self.credits.swap(0, Ordering::AcqRel);
+        if unused > 0 {
+            state.gate.reclaim(now, unused);
+        }
     }
 
     /// Ticks the core if its next tick fell due.
@@ -381,10 +388,7 @@ impl Future for Acquire {
                 let mut state = gate.lock();
                 // The credits go back to the core before it decides: it must see the
                 // service as it is.
-                let unused = gate.credits.swap(0, Ordering::AcqRel);
-                if unused > 0 {
-                    state.gate.reclaim(now, unused);
-                }
+                gate.reclaim_credits(&mut state, now);
                 gate.tick_if_due(&mut state, now);
                 let result = match state.gate.arrive(now, this.priority) {
                     Arrival::Admitted(permit) => Some(Ok(Held::Core(permit))),
