@@ -293,3 +293,30 @@ fn a_sweep_is_a_grid_in_order_and_the_same_for_any_number_of_threads() {
     );
     assert!(twice.is_err());
 }
+
+#[test]
+fn stored_and_replayed_production_times_give_the_same_report() {
+    // Jittered producer and dispatcher, so that replaying must reproduce random gaps, and a
+    // queue that outgrows small rings (and, at 170k/s, grows without bound): storing none,
+    // a few or the default number of production times changes only the speed.
+    for rate in [150_000, 170_000] {
+        let config = PdcConfig {
+            seed: 7,
+            ..PdcConfig::new(
+                Nanos::from_secs(2),
+                (Poisson, rate),
+                Poisson,
+                (Uniform, 200_000),
+            )
+        };
+        let default = config.run().unwrap();
+        assert!(default.max_queued > 100, "{default}");
+        for stored_times in [0, 1, 3, 100] {
+            assert_eq!(
+                config.run_storing(stored_times).unwrap(),
+                default,
+                "{stored_times}"
+            );
+        }
+    }
+}
