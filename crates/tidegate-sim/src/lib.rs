@@ -6,8 +6,10 @@
 //! streams, so that the same arguments and seed give byte-identical results.
 //!
 //! - [`pdc`]: the producer-dispatcher-consumer model of ScyllaDB's "phantom jams" article.
+//! - [`chart`]: line charts as standalone SVG files for the reports.
 //! - [`histogram`]: a fixed-size log-linear latency histogram (memory independent of the
 //!   number of samples).
 
+pub mod chart;
 pub mod histogram;
 pub mod pdc;
