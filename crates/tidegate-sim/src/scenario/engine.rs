@@ -789,21 +789,28 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Seconds from `from` until the per-second limit stays within 20% of `settled` for the rest
-/// of the run; `None` if it never does.
+/// Seconds from `from` until the limit stays within 20% of `settled` for the rest of the run;
+/// `None` if it never does. The limit is read as the median of the 5 per-second values around
+/// each second, so that a probe (Autotune lowers the limit by a quarter for one window every
+/// few seconds, by design) or one exploration step does not count as unsettled.
 fn settle_time(series: &[Second], from: f64, settled: f64) -> Option<f64> {
-    let after: Vec<&Second> = series
+    let after: Vec<(u32, f64)> = series
         .iter()
         .filter(|s| f64::from(s.second) > from)
+        .filter_map(|s| s.limit.map(|l| (s.second, f64::from(l))))
         .collect();
-    let within = |s: &&Second| {
-        s.limit
-            .is_some_and(|l| (f64::from(l) - settled).abs() <= 0.2 * settled)
+    let median = |k: usize| {
+        let mut window: Vec<f64> = after[k.saturating_sub(2)..(k + 3).min(after.len())]
+            .iter()
+            .map(|&(_, l)| l)
+            .collect();
+        window.sort_by(f64::total_cmp);
+        window[window.len() / 2]
     };
     let mut first = None;
-    for s in after.iter().rev() {
-        if within(s) {
-            first = Some(f64::from(s.second) - from);
+    for k in (0..after.len()).rev() {
+        if (median(k) - settled).abs() <= 0.2 * settled {
+            first = Some(f64::from(after[k].0) - from);
         } else {
             break;
         }
