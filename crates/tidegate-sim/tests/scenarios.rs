@@ -1,7 +1,7 @@
 //! Every scenario file of `scenarios/` runs, shortened, with all its arms, and shows the shape
 //! its document reports where the shortened run is long enough to show it; the same file and
-//! seed give byte-identical output. The full-length figures are in the scenario files' own
-//! comments and in `docs/experiments/scenarios.md`, with their commands.
+//! seed give byte-identical output. The full-length figures come from
+//! `tidegate sim run scenarios/NAME.toml`; each file's comment has its document's figures.
 
 #![allow(
     clippy::expect_used,
