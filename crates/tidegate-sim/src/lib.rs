@@ -6,6 +6,8 @@
 //! streams, so that the same arguments and seed give byte-identical results.
 //!
 //! - [`pdc`]: the producer-dispatcher-consumer model of ScyllaDB's "phantom jams" article.
+//! - [`scenario`]: scenario files (`scenarios/*.toml`) and the engine that runs their arms,
+//!   tidegate's gate between the models of `tidegate-model`.
 //! - [`chart`]: line charts as standalone SVG files for the reports.
 //! - [`histogram`]: a fixed-size log-linear latency histogram (memory independent of the
 //!   number of samples).
@@ -13,3 +15,4 @@
 pub mod chart;
 pub mod histogram;
 pub mod pdc;
+pub mod scenario;

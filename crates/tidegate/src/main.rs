@@ -1,5 +1,7 @@
 //! The `tidegate` command line.
 
+mod sim_run;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -52,6 +54,19 @@ enum Sim {
     ///   tidegate sim pdc 60 uniform 400000 poisson uniform 200000 --sweep period=250us,500us,2ms --sweep multiplier=0.5..4:0.5
     #[command(verbatim_doc_comment)]
     Pdc(PdcArgs),
+    /// Run a scenario file: every arm (protection) against the same clients and service
+    ///
+    /// Prints a table per arm, for the whole run and for the steady state after the warm-up:
+    /// offered and ok requests per second, the shares shed, expired, refused by the service,
+    /// timed out and unsent, latency p50/p90/p99/max of the ok responses per tier, the mean
+    /// limit, and how long the limit took to settle after the overload started.
+    ///
+    /// Examples:
+    ///   tidegate sim run scenarios/kanaloa-positive.toml
+    ///   tidegate sim run scenarios/cinnamon-tiers.toml --load 3000 --arm "tidegate default" --json
+    ///   tidegate sim run scenarios/capacity-slow.toml --duration 30s --out results/
+    #[command(verbatim_doc_comment)]
+    Run(sim_run::RunArgs),
 }
 
 #[derive(Debug, Args)]
@@ -134,6 +149,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => Ok(()),
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
+        Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# tidegate's reverse proxy against nginx and haproxy, each with one worker thread, in front of
+# the same origin on loopback.
+#
+#   bench/proxy.sh [SECONDS] [CONNECTIONS]       (default: 10 s, 50 connections)
+#
+# The origin is nginx (one worker) answering a 13-byte body from memory. wrk (one thread,
+# keep-alive) drives each row: direct to the origin, then through tidegate (its default
+# adaptive gate: Autotune limit + PIE), nginx as a reverse proxy and haproxy. On a machine with
+# two cores or more, the proxy under test runs on its own core (taskset) and the origin and wrk
+# share the others. Prints req/s, p50 and p99, the CPU the proxy used, and each proxy's req/s
+# and req/s per core of CPU relative to nginx's. On a small machine the origin and wrk can be
+# the bottleneck rather than the proxy; the per-core column is then the fair comparison.
+# Installs nginx-light, haproxy and wrk from Debian's packages when missing. This is a
+# benchmark, not a test: compare the rows of one run, on a machine as quiet as you can find.
+set -euo pipefail
+
+secs="${1:-10}"
+conns="${2:-50}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-proxy-bench.XXXXXX")"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+need=()
+command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
+command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || need+=(haproxy)
+command -v wrk >/dev/null || need+=(wrk)
+if [[ ${#need[@]} -gt 0 ]]; then
+    sudo_cmd=()
+    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+export PATH="$PATH:/usr/sbin"
+
+cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
+tidegate="$root/target/release/tidegate"
+
+# CPU placement: the proxy alone on the last core, everything else on the rest.
+cores=$(nproc)
+if [[ $cores -ge 2 ]]; then
+    proxy_cpu=(taskset -c "$((cores - 1))")
+    rest_cpu=(taskset -c "0-$((cores - 2))")
+else
+    proxy_cpu=()
+    rest_cpu=()
+fi
+
+origin_port=18080 tidegate_port=18081 tidegate_admin=18091 nginx_port=18082 haproxy_port=18083
+
+nginx_conf() { # NAME BODY-OF-SERVER-BLOCK
+    mkdir -p "$work/$1/logs"
+    cat >"$work/$1/nginx.conf" <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/$1/nginx.pid;
+error_log $work/$1/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $work/$1;
+    proxy_temp_path $work/$1;
+    fastcgi_temp_path $work/$1;
+    uwsgi_temp_path $work/$1;
+    scgi_temp_path $work/$1;
+    keepalive_requests 1000000;
+    $2
+}
+CONF
+}
+
+nginx_conf origin "server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }"
+nginx_conf peer "upstream origin { server 127.0.0.1:$origin_port; keepalive 128; }
+    server { listen 127.0.0.1:$nginx_port; location / {
+        proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ''; } }"
+cat >"$work/haproxy.cfg" <<CONF
+global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    http-reuse always
+frontend bench
+    bind 127.0.0.1:$haproxy_port
+    default_backend origin
+backend origin
+    server origin 127.0.0.1:$origin_port
+CONF
+
+wait_port() { # PORT
+    for _ in $(seq 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "nothing listens on 127.0.0.1:$1" >&2
+    exit 1
+}
+
+"${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
+origin_pid=$!
+"${proxy_cpu[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
+    --listen "127.0.0.1:$tidegate_port" --admin "127.0.0.1:$tidegate_admin" --threads 1 \
+    >"$work/tidegate.log" 2>&1 & pids+=($!)
+tidegate_pid=$!
+"${proxy_cpu[@]}" nginx -p "$work/peer" -c "$work/peer/nginx.conf" & pids+=($!)
+nginx_pid=$!
+"${proxy_cpu[@]}" haproxy -q -db -f "$work/haproxy.cfg" & pids+=($!)
+haproxy_pid=$!
+for port in $origin_port $tidegate_port $nginx_port $haproxy_port; do wait_port "$port"; done
+
+# wrk's latency in milliseconds, whatever unit it printed.
+to_ms() {
+    awk '{ v = $1; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+           f = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : (u == "m") ? 60000 : 1;
+           printf "%.2f", v * f }'
+}
+
+# CPU time a process has used, in clock ticks (user + system, all its threads).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+run() { # NAME PORT PID (the process whose CPU time is charged to the row)
+    # A short warm-up fills the proxies' connection pools and lets the gate's limit settle.
+    "${rest_cpu[@]}" wrk -t1 -c"$conns" -d2s "http://127.0.0.1:$2/" >/dev/null
+    local before after
+    before=$(cpu_ticks "$3")
+    "${rest_cpu[@]}" wrk -t1 -c"$conns" -d"${secs}s" --latency "http://127.0.0.1:$2/" >"$work/$1.wrk"
+    after=$(cpu_ticks "$3")
+    local rps p50 p99 errors cpu
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' "$work/$1.wrk")
+    p50=$(awk '$1 == "50%" { print $2 }' "$work/$1.wrk" | to_ms)
+    p99=$(awk '$1 == "99%" { print $2 }' "$work/$1.wrk" | to_ms)
+    errors=$(awk '/Non-2xx|Socket errors/ { sub(/^ +/, ""); printf "%s; ", $0 }' "$work/$1.wrk")
+    # The share of one core the process used during the run.
+    cpu=$(awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v s="$secs" 'BEGIN { printf "%.3f", t / hz / s }')
+    echo "$1 $rps $p50 $p99 $cpu ${errors:-none}" >>"$work/results"
+}
+
+run direct $origin_port $origin_pid
+run tidegate $tidegate_port $tidegate_pid
+run nginx $nginx_port $nginx_pid
+run haproxy $haproxy_port $haproxy_pid
+
+echo "wrk -t1 -c$conns -d${secs}s, one worker thread per proxy, $(nproc) cores"
+echo "cpu: the share of a core the proxy (for direct: the origin) used; req/s per core: req/s / cpu,"
+echo "what one worker thread of it would serve if it were the bottleneck. x nginx compares both."
+awk 'NR == FNR { if ($1 == "nginx") { base = $2; base_core = $2 / $5 } next }
+     FNR == 1 { printf "| %-8s | %9s | %7s | %7s | %5s | %12s | %14s | %s\n", "row", "req/s", "p50 ms", "p99 ms", "cpu", "req/s per core", "x nginx (req/s, per core)", "errors";
+                printf "|---|---:|---:|---:|---:|---:|---:|---|\n" }
+     { core = ($5 > 0) ? $2 / $5 : 0;
+       ratio = ($1 == "direct") ? "-" : sprintf("%.2f, %.2f", $2 / base, core / base_core);
+       printf "| %-8s | %9.0f | %7.2f | %7.2f | %5.2f | %12.0f | %14s | ", $1, $2, $3, $4, $5, core, ratio;
+       $1 = $2 = $3 = $4 = $5 = ""; sub(/^ +/, ""); print }' "$work/results" "$work/results"
+if grep -q "limit" <(curl -sf "http://127.0.0.1:$tidegate_admin/status" 2>/dev/null || true); then
+    echo "tidegate /status after the run:"
+    curl -sf "http://127.0.0.1:$tidegate_admin/status"
+    echo
+fi

@@ -1,0 +1,831 @@
+//! The event-driven engine: clients, a protection per arm, and the service, in virtual
+//! nanoseconds.
+//!
+//! One run is one arm at one load point, single-threaded: a binary heap of `(time, sequence)`
+//! events, the client and service models of `tidegate-model`, and, for a gate arm, one
+//! unchanged `tidegate_core` [`Gate`] per service instance, driven exactly as a proxy drives
+//! it (`arrive`, `complete`, `cancel`, `tick` at `next_tick`, `poll_event`). Runs of different
+//! arms and load points are independent and may go on threads ([`run_all`]); the output order
+//! is fixed, so the same file and seed give byte-identical output whatever the threads.
+//!
+//! Randomness comes from separate seeded streams, one per source: arrivals, request mix
+//! (tiers and keys), work-time spread and nothing else. Every request draws its arrival gap,
+//! priority and work factor when it is created, in creation order, so that request n is the
+//! same request in every arm: the arms differ only by what their protection did.
+//!
+//! **A caller who gives up.** While the request waits in the gate, the gate is told
+//! ([`Gate::cancel`]) and the slot it would have taken goes to the next. While the service
+//! works on it, the service does not know and finishes the work anyway (the collapse
+//! mechanism of every seed document), and the gate keeps the permit until the service
+//! answers, then completes it as [`Outcome::Dropped`]. Why not hand the permit back when the
+//! caller leaves: the service is still busy with that request, so a freed slot would let the
+//! gate push one more request into a service that has freed nothing (with a 2.5 s timeout and
+//! 2 s of work, the gate would let work pile up without bound, exactly as if there were no
+//! limit), and the late answer is the plainest overload signal there is.
+//!
+//! **Client timeouts** are the same for every attempt, so deadlines fall in the order the
+//! attempts started: they wait in a FIFO behind a single timer event instead of one heap
+//! event each.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use tidegate_core::gate::{Arrival, Event, Gate, Permit};
+use tidegate_core::limit::Outcome;
+use tidegate_core::queue::Ticket;
+use tidegate_core::rng::{Rng, splitmix64};
+use tidegate_core::{Nanos, Priority, Time};
+use tidegate_model::client::{Arrivals, Mix, OpenLoop};
+use tidegate_model::lease::StaticLease;
+use tidegate_model::service::{Admission, Balance, Instance};
+
+use super::report::{ArmRun, Ending, Report, Second, Tally};
+use super::{ArmConfig, ArmKind, Scenario};
+
+/// Identifiers of the random streams, mixed with the seed.
+const ARRIVALS: u64 = 1;
+const MIX: u64 = 2;
+const WORK: u64 = 3;
+
+fn stream(seed: u64, source: u64) -> Rng {
+    Rng::seed(splitmix64(seed ^ splitmix64(source)))
+}
+
+/// Runs every arm at every load point, on up to `jobs` threads; the runs are listed load
+/// point by load point, in the file's arm order.
+pub fn run_all(scenario: &Scenario, jobs: usize) -> Report {
+    let points = scenario.load.points();
+    let work: Vec<(Option<f64>, &ArmConfig)> = points
+        .iter()
+        .flat_map(|&p| scenario.arms.iter().map(move |arm| (p, arm)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let jobs = jobs.clamp(1, work.len().max(1));
+    let mut done: Vec<(usize, ArmRun)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(point, arm)) = work.get(i) else {
+                            break;
+                        };
+                        mine.push((i, run_arm(scenario, arm, point)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    Report {
+        scenario: scenario.name.clone(),
+        seed: scenario.seed,
+        arms: done.into_iter().map(|(_, run)| run).collect(),
+    }
+}
+
+/// Runs one arm at one load point (`None`: the load's own schedule).
+pub fn run_arm(scenario: &Scenario, arm: &ArmConfig, point: Option<f64>) -> ArmRun {
+    let mut run = Run::new(scenario, arm, point);
+    run.run();
+    run.finish()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// The next open-loop arrival.
+    Arrival,
+    /// A closed-loop worker sends its next request.
+    Worker(u32),
+    /// A retry attempt (prepared in this slot) starts.
+    Retry(u32),
+    /// The service finished the request of this token.
+    Done(u64),
+    /// The earliest client deadline.
+    Deadlines,
+    /// A gate's `next_tick`.
+    Tick(u8),
+    /// A capacity change of the service.
+    Change(u32),
+    /// The end of a second of the per-second series.
+    Second(u32),
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    at: Time,
+    seq: u64,
+    kind: Kind,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Scheduled) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Scheduled {}
+
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Scheduled) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Reversed, for a min-heap on `(at, seq)`.
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Scheduled) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// Hashes the gate's ticket ids (unique numbers) with one SplitMix64 step.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = splitmix64(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = splitmix64(n);
+    }
+}
+
+type TicketMap = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
+
+/// One attempt of a request, in a slab slot.
+#[derive(Debug)]
+struct Attempt {
+    generation: u32,
+    /// When the request's first attempt was sent.
+    first: Time,
+    priority: Priority,
+    /// The request's work factor (its draw of the service's spread).
+    factor: f64,
+    /// Sent during the steady state (by its first attempt).
+    steady: bool,
+    instance: u8,
+    /// 0 for the first attempt.
+    number: u32,
+    /// The closed-loop worker that sent it.
+    worker: Option<u32>,
+    /// The caller waits for this attempt.
+    waiting: bool,
+    /// The service holds it.
+    in_service: bool,
+    ticket: Option<Ticket>,
+    permit: Option<Permit>,
+}
+
+/// What stands in front of each instance.
+#[derive(Debug)]
+enum Front {
+    Off,
+    Gates(Vec<Gate>),
+    Leases(Vec<StaticLease>),
+}
+
+#[derive(Debug)]
+struct Run<'a> {
+    scenario: &'a Scenario,
+    arm: &'a ArmConfig,
+    load_rps: f64,
+    now: Time,
+    end: Time,
+    warmup: Time,
+    heap: BinaryHeap<Scheduled>,
+    seq: u64,
+    events: u64,
+    instances: Vec<Instance>,
+    front: Front,
+    tick_at: Vec<Time>,
+    tickets: Vec<TicketMap>,
+    attempts: Vec<Attempt>,
+    free: Vec<u32>,
+    deadlines: VecDeque<(Time, u32, u32)>,
+    deadline_armed: bool,
+    open: Option<OpenLoop>,
+    mix: Mix,
+    rng_arrivals: Rng,
+    rng_mix: Rng,
+    rng_work: Rng,
+    round_robin: usize,
+    /// Requests sent and not yet ended.
+    outstanding: u64,
+    whole: Tally,
+    steady: Tally,
+    second: Second,
+    second_latencies: Vec<u64>,
+    series: Vec<Second>,
+}
+
+impl<'a> Run<'a> {
+    fn new(scenario: &'a Scenario, arm: &'a ArmConfig, point: Option<f64>) -> Run<'a> {
+        let n = scenario.service.instances() as usize;
+        let front = match arm.kind {
+            ArmKind::Off => Front::Off,
+            ArmKind::Gate => {
+                let config = arm.gate_config();
+                Front::Gates((0..n).map(|_| config.build()).collect())
+            }
+            ArmKind::StaticLease => Front::Leases(
+                arm.lease
+                    .iter()
+                    .cycle()
+                    .take(n)
+                    .map(StaticLease::new)
+                    .collect(),
+            ),
+        };
+        let load = &scenario.load;
+        let open = (load.arrivals != Arrivals::Closed)
+            .then(|| OpenLoop::new(load.schedule(point), load.arrivals));
+        let mut run = Run {
+            scenario,
+            arm,
+            load_rps: load.nominal_rate(point),
+            now: Time::ZERO,
+            end: scenario.end(),
+            warmup: Time::ZERO + scenario.warmup,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            events: 0,
+            instances: (0..n).map(|_| scenario.service.instance()).collect(),
+            front,
+            tick_at: vec![Time::MAX; n],
+            tickets: (0..n).map(|_| TicketMap::default()).collect(),
+            attempts: Vec::new(),
+            free: Vec::new(),
+            deadlines: VecDeque::new(),
+            deadline_armed: false,
+            open,
+            mix: Mix::new(load),
+            rng_arrivals: stream(scenario.seed, ARRIVALS),
+            rng_mix: stream(scenario.seed, MIX),
+            rng_work: stream(scenario.seed, WORK),
+            round_robin: 0,
+            outstanding: 0,
+            whole: Tally::default(),
+            steady: Tally::default(),
+            second: Second::default(),
+            second_latencies: Vec::new(),
+            series: Vec::new(),
+        };
+        run.schedule_start();
+        run
+    }
+
+    fn push(&mut self, at: Time, kind: Kind) {
+        self.seq += 1;
+        self.heap.push(Scheduled {
+            at,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    fn schedule_start(&mut self) {
+        if let Some(open) = &self.open
+            && let Some(first) = open.next_after(Time::ZERO, &mut self.rng_arrivals)
+            && first < self.end
+        {
+            self.push(first, Kind::Arrival);
+        }
+        if let Some(workers) = self.scenario.load.workers
+            && self.open.is_none()
+        {
+            for w in 0..workers.get() {
+                // A microsecond apart, so that the workers do not move in lockstep.
+                self.push(
+                    Time::ZERO + Nanos::from_micros(u64::from(w)),
+                    Kind::Worker(w),
+                );
+            }
+        }
+        for (i, change) in self.scenario.service.changes.iter().enumerate() {
+            let at = Time::ZERO + change.at;
+            if at < self.end {
+                self.push(at, Kind::Change(i as u32));
+            }
+        }
+        let seconds = self.scenario.duration.as_nanos() / 1_000_000_000;
+        for s in 1..=seconds {
+            self.push(Time::ZERO + Nanos::from_secs(s), Kind::Second(s as u32));
+        }
+    }
+
+    fn run(&mut self) {
+        while let Some(Scheduled { at, kind, .. }) = self.heap.pop() {
+            if at > self.end && self.outstanding == 0 {
+                break;
+            }
+            self.now = at;
+            self.events += 1;
+            match kind {
+                Kind::Arrival => {
+                    self.new_request(None);
+                    if let Some(open) = &self.open
+                        && let Some(next) = open.next_after(at, &mut self.rng_arrivals)
+                        && next < self.end
+                    {
+                        self.push(next, Kind::Arrival);
+                    }
+                }
+                Kind::Worker(w) => {
+                    if at < self.end {
+                        self.new_request(Some(w));
+                    }
+                }
+                Kind::Retry(idx) => self.start(idx),
+                Kind::Done(token) => self.done(token),
+                Kind::Deadlines => self.deadlines(),
+                Kind::Tick(i) => {
+                    let i = usize::from(i);
+                    if self.tick_at[i] == at {
+                        self.tick_at[i] = Time::MAX;
+                        if let Front::Gates(gates) = &mut self.front {
+                            gates[i].tick(at);
+                        }
+                        self.drain(i);
+                    }
+                }
+                Kind::Change(k) => self.change(k as usize),
+                Kind::Second(s) => self.end_second(s),
+            }
+        }
+    }
+
+    /// A caller sends a new request.
+    fn new_request(&mut self, worker: Option<u32>) {
+        let now = self.now;
+        // Every draw happens whatever becomes of the request, to keep the streams aligned.
+        let priority = self.mix.draw(&mut self.rng_mix, now);
+        let factor = self.scenario.service.draw_factor(&mut self.rng_work);
+        let steady = now >= self.warmup;
+        let tier = priority.tier();
+        self.whole.offer(tier);
+        if steady {
+            self.steady.offer(tier);
+        }
+        self.second.offered += 1;
+        if let Some(cap) = self.scenario.load.connections
+            && self.outstanding >= u64::from(cap.get())
+        {
+            self.count(tier, steady, Ending::Unsent);
+            return;
+        }
+        self.outstanding += 1;
+        let idx = self.alloc(Attempt {
+            generation: 0,
+            first: now,
+            priority,
+            factor,
+            steady,
+            instance: 0,
+            number: 0,
+            worker,
+            waiting: false,
+            in_service: false,
+            ticket: None,
+            permit: None,
+        });
+        self.start(idx);
+    }
+
+    fn alloc(&mut self, attempt: Attempt) -> u32 {
+        match self.free.pop() {
+            Some(idx) => {
+                let slot = &mut self.attempts[idx as usize];
+                let generation = slot.generation;
+                *slot = Attempt {
+                    generation,
+                    ..attempt
+                };
+                idx
+            }
+            None => {
+                self.attempts.push(attempt);
+                (self.attempts.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Frees the slot once nobody refers to it any more.
+    fn release(&mut self, idx: u32) {
+        let a = &mut self.attempts[idx as usize];
+        if !a.waiting && !a.in_service && a.ticket.is_none() {
+            a.generation = a.generation.wrapping_add(1);
+            a.permit = None;
+            self.free.push(idx);
+        }
+    }
+
+    fn token(&self, idx: u32) -> u64 {
+        u64::from(self.attempts[idx as usize].generation) << 32 | u64::from(idx)
+    }
+
+    /// The attempt in `idx` goes out now.
+    fn start(&mut self, idx: u32) {
+        let now = self.now;
+        let i = self.choose_instance();
+        let deadline = now + self.scenario.load.timeout;
+        let generation = {
+            let a = &mut self.attempts[idx as usize];
+            a.waiting = true;
+            a.instance = i as u8;
+            a.generation
+        };
+        self.deadlines.push_back((deadline, idx, generation));
+        if !self.deadline_armed {
+            self.deadline_armed = true;
+            self.push(deadline, Kind::Deadlines);
+        }
+        let priority = self.attempts[idx as usize].priority;
+        match &mut self.front {
+            Front::Off => self.send(idx, None),
+            Front::Leases(leases) => {
+                if leases[i].try_take(now) {
+                    self.send(idx, None);
+                } else {
+                    self.turned_away(idx, Ending::Shed);
+                }
+            }
+            Front::Gates(gates) => {
+                match gates[i].arrive(now, priority) {
+                    Arrival::Admitted(permit) => self.send(idx, Some(permit)),
+                    Arrival::Queued(ticket) => {
+                        self.attempts[idx as usize].ticket = Some(ticket);
+                        self.tickets[i].insert(ticket.id(), idx);
+                    }
+                    Arrival::Rejected(_) => self.turned_away(idx, Ending::Shed),
+                }
+                self.drain(i);
+            }
+        }
+    }
+
+    fn choose_instance(&mut self) -> usize {
+        let n = self.instances.len();
+        if n == 1 {
+            return 0;
+        }
+        let mut next_in_turn = || {
+            let i = self.round_robin;
+            self.round_robin = (i + 1) % n;
+            i
+        };
+        match self.scenario.service.balance {
+            Balance::RoundRobin => next_in_turn(),
+            Balance::LeastLoaded => {
+                let now = self.now;
+                let mut best = (f64::NEG_INFINITY, 0);
+                for i in 0..n {
+                    let score = match &mut self.front {
+                        Front::Off => 1.0 / (1.0 + f64::from(self.instances[i].in_service())),
+                        Front::Leases(leases) => leases[i].availability(now),
+                        Front::Gates(gates) => {
+                            let g = &gates[i];
+                            let limit = f64::from(g.limit());
+                            (limit - f64::from(g.inflight()) - g.queued() as f64) / limit
+                        }
+                    };
+                    if score > best.0 {
+                        best = (score, i);
+                    }
+                }
+                if best.0 > 0.0 {
+                    best.1
+                } else {
+                    // Nowhere has room: RSocket's balancer falls back to round robin.
+                    let i = self.round_robin;
+                    self.round_robin = (i + 1) % n;
+                    i
+                }
+            }
+        }
+    }
+
+    /// The attempt reaches the service.
+    fn send(&mut self, idx: u32, permit: Option<Permit>) {
+        let token = self.token(idx);
+        let a = &mut self.attempts[idx as usize];
+        let i = usize::from(a.instance);
+        a.in_service = true;
+        a.permit = permit;
+        match self.instances[i].arrive(self.now, token, a.factor) {
+            Admission::Started(done) => self.push(done, Kind::Done(token)),
+            Admission::Queued => {}
+            Admission::Refused => {
+                a.in_service = false;
+                if let (Some(permit), Front::Gates(gates)) = (a.permit.take(), &mut self.front) {
+                    // A refusal is an overload signal, like a 503 from the upstream.
+                    gates[i].complete(self.now, permit, Outcome::Dropped);
+                }
+                self.turned_away(idx, Ending::Refused);
+            }
+        }
+    }
+
+    /// The attempt failed at once (shed, expired, refused): retried or ended.
+    fn turned_away(&mut self, idx: u32, ending: Ending) {
+        self.attempts[idx as usize].waiting = false;
+        let retries = &self.scenario.load.retries;
+        if retries.on_rejection() && self.attempts[idx as usize].number < retries.max {
+            self.retry(idx);
+        } else {
+            self.end_request(idx, ending);
+        }
+        self.release(idx);
+    }
+
+    fn retry(&mut self, idx: u32) {
+        let a = &self.attempts[idx as usize];
+        let next = Attempt {
+            generation: 0,
+            first: a.first,
+            priority: a.priority,
+            factor: a.factor,
+            steady: a.steady,
+            instance: 0,
+            number: a.number + 1,
+            worker: a.worker,
+            waiting: false,
+            in_service: false,
+            ticket: None,
+            permit: None,
+        };
+        let at = self.now + self.scenario.load.retries.backoff;
+        let slot = self.alloc(next);
+        self.push(at, Kind::Retry(slot));
+    }
+
+    fn end_request(&mut self, idx: u32, ending: Ending) {
+        let a = &self.attempts[idx as usize];
+        let (tier, steady, worker) = (a.priority.tier(), a.steady, a.worker);
+        self.outstanding -= 1;
+        self.count(tier, steady, ending);
+        if let Some(w) = worker {
+            let at = self.now + self.scenario.load.think;
+            if at < self.end {
+                self.push(at, Kind::Worker(w));
+            }
+        }
+    }
+
+    fn count(&mut self, tier: u8, steady: bool, ending: Ending) {
+        self.whole.end(tier, ending);
+        if steady {
+            self.steady.end(tier, ending);
+        }
+        match ending {
+            Ending::Ok(latency) => {
+                self.second.ok += 1;
+                self.second_latencies.push(latency.as_nanos());
+            }
+            Ending::Shed | Ending::Refused | Ending::Unsent => self.second.shed += 1,
+            Ending::Expired => self.second.expired += 1,
+            Ending::TimedOut => self.second.timed_out += 1,
+        }
+    }
+
+    /// The service finished a request.
+    fn done(&mut self, token: u64) {
+        let now = self.now;
+        let idx = token as u32;
+        let i = usize::from(self.attempts[idx as usize].instance);
+        if let Some(next) = self.instances[i].finish(now) {
+            self.push(next.done, Kind::Done(next.token));
+        }
+        let a = &mut self.attempts[idx as usize];
+        a.in_service = false;
+        let permit = a.permit.take();
+        let waiting = a.waiting;
+        if let (Some(permit), Front::Gates(gates)) = (permit, &mut self.front) {
+            let outcome = if waiting {
+                Outcome::Success
+            } else {
+                Outcome::Dropped
+            };
+            gates[i].complete(now, permit, outcome);
+        }
+        if waiting {
+            let a = &mut self.attempts[idx as usize];
+            a.waiting = false;
+            let latency = now - a.first;
+            self.end_request(idx, Ending::Ok(latency));
+        }
+        self.release(idx);
+        self.drain(i);
+    }
+
+    /// Callers whose deadline passed give up.
+    fn deadlines(&mut self) {
+        let now = self.now;
+        self.deadline_armed = false;
+        while let Some(&(at, idx, generation)) = self.deadlines.front() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_front();
+            let a = &mut self.attempts[idx as usize];
+            if a.generation != generation || !a.waiting {
+                continue;
+            }
+            a.waiting = false;
+            let i = usize::from(a.instance);
+            if let (Some(ticket), Front::Gates(gates)) = (a.ticket, &mut self.front)
+                && gates[i].cancel(now, ticket)
+            {
+                a.ticket = None;
+                self.tickets[i].remove(&ticket.id());
+            }
+            let retries = &self.scenario.load.retries;
+            if retries.on_timeout && self.attempts[idx as usize].number < retries.max {
+                self.retry(idx);
+            } else {
+                self.end_request(idx, Ending::TimedOut);
+            }
+            self.release(idx);
+            self.drain(i);
+        }
+        if let Some(&(at, _, _)) = self.deadlines.front() {
+            self.deadline_armed = true;
+            self.push(at, Kind::Deadlines);
+        }
+    }
+
+    /// Delivers what the gate of instance `i` decided about queued requests, and keeps its
+    /// tick scheduled.
+    fn drain(&mut self, i: usize) {
+        loop {
+            let Front::Gates(gates) = &mut self.front else {
+                return;
+            };
+            let Some(event) = gates[i].poll_event() else {
+                break;
+            };
+            match event {
+                Event::Admitted { ticket, permit, .. } => {
+                    match self.tickets[i].remove(&ticket.id()) {
+                        Some(idx) => {
+                            let a = &mut self.attempts[idx as usize];
+                            a.ticket = None;
+                            if a.waiting {
+                                self.send(idx, Some(permit));
+                            } else {
+                                gates[i].cancel_permit(self.now, permit);
+                                self.release(idx);
+                            }
+                        }
+                        None => gates[i].cancel_permit(self.now, permit),
+                    }
+                }
+                Event::Expired { ticket } | Event::Rejected { ticket, .. } => {
+                    let ending = if matches!(event, Event::Expired { .. }) {
+                        Ending::Expired
+                    } else {
+                        Ending::Shed
+                    };
+                    if let Some(idx) = self.tickets[i].remove(&ticket.id()) {
+                        let a = &mut self.attempts[idx as usize];
+                        a.ticket = None;
+                        if a.waiting {
+                            self.turned_away(idx, ending);
+                        } else {
+                            self.release(idx);
+                        }
+                    }
+                }
+            }
+        }
+        if let Front::Gates(gates) = &mut self.front {
+            let next = gates[i].next_tick();
+            if next < self.tick_at[i] {
+                let at = next.max(self.now);
+                self.tick_at[i] = at;
+                self.push(at, Kind::Tick(i as u8));
+            }
+        }
+    }
+
+    fn change(&mut self, k: usize) {
+        let change = &self.scenario.service.changes[k];
+        for i in 0..self.instances.len() {
+            self.instances[i].apply(change);
+            while let Some(started) = self.instances[i].start_waiting(self.now) {
+                self.push(started.done, Kind::Done(started.token));
+            }
+        }
+    }
+
+    fn end_second(&mut self, s: u32) {
+        let mut second = std::mem::take(&mut self.second);
+        second.second = s;
+        let latencies = &mut self.second_latencies;
+        second.p50_ms = quantile_ms(latencies, 0.5);
+        second.p99_ms = quantile_ms(latencies, 0.99);
+        latencies.clear();
+        second.inflight = self.instances.iter().map(Instance::in_service).sum();
+        match &self.front {
+            Front::Off => {}
+            Front::Gates(gates) => {
+                second.limit = Some(gates.iter().map(Gate::limit).sum());
+                second.queued = gates.iter().map(|g| g.queued() as u32).sum();
+                let drop: f64 = gates
+                    .iter()
+                    .map(|g| g.snapshot(self.now).regulator.reject_ratio)
+                    .sum();
+                second.drop_p = Some(drop / gates.len() as f64);
+            }
+            Front::Leases(leases) => {
+                second.limit = Some(leases.iter().map(StaticLease::allowed).sum());
+            }
+        }
+        self.series.push(second);
+    }
+
+    fn finish(self) -> ArmRun {
+        let total = self.scenario.duration.as_secs_f64();
+        let steady_secs = (self.scenario.duration - self.scenario.warmup).as_secs_f64();
+        let warmup_s = self.scenario.warmup.as_secs_f64();
+        let mean_limit = |from: f64| {
+            let limits: Vec<f64> = self
+                .series
+                .iter()
+                .filter(|s| f64::from(s.second) > from)
+                .filter_map(|s| s.limit.map(f64::from))
+                .collect();
+            (!limits.is_empty()).then(|| limits.iter().sum::<f64>() / limits.len() as f64)
+        };
+        let whole = self.whole.summary(total, mean_limit(0.0));
+        let steady = self.steady.summary(steady_secs, mean_limit(warmup_s));
+        let settle_s = self
+            .scenario
+            .overload_at
+            .zip(steady.limit)
+            .and_then(|(at, settled)| settle_time(&self.series, at.as_secs_f64(), settled));
+        ArmRun {
+            name: self.arm.name.clone(),
+            load_rps: self.load_rps,
+            whole,
+            steady,
+            settle_s,
+            series: self.series,
+            events: self.events,
+        }
+    }
+}
+
+/// Seconds from `from` until the limit stays within 20% of `settled` for the rest of the run;
+/// `None` if it never does. The limit is read as the median of the 5 per-second values around
+/// each second, so that a probe (Autotune lowers the limit by a quarter for one window every
+/// few seconds, by design) or one exploration step does not count as unsettled.
+fn settle_time(series: &[Second], from: f64, settled: f64) -> Option<f64> {
+    let after: Vec<(u32, f64)> = series
+        .iter()
+        .filter(|s| f64::from(s.second) > from)
+        .filter_map(|s| s.limit.map(|l| (s.second, f64::from(l))))
+        .collect();
+    let median = |k: usize| {
+        let mut window: Vec<f64> = after[k.saturating_sub(2)..(k + 3).min(after.len())]
+            .iter()
+            .map(|&(_, l)| l)
+            .collect();
+        window.sort_by(f64::total_cmp);
+        window[window.len() / 2]
+    };
+    let mut first = None;
+    for k in (0..after.len()).rev() {
+        if (median(k) - settled).abs() <= 0.2 * settled {
+            first = Some(f64::from(after[k].0) - from);
+        } else {
+            break;
+        }
+    }
+    first
+}
+
+fn quantile_ms(values: &mut [u64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+    let (_, v, _) = values.select_nth_unstable(rank);
+    Some((*v as f64 / 1e3).round() / 1e3)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+use super::*;
+
+fn scenario(doc: &str) -> Scenario {
+    Scenario::parse(doc, "test").unwrap()
+}
+
+const POOL: &str = r#"
+duration = "20s"
+warmup = "10s"
+[service]
+spread = "constant"
+[service.pool]
+workers = 2
+work = "100ms"
+queue = 5
+[load]
+arrivals = "constant"
+rate = 10
+timeout = "1s"
+[[arms]]
+name = "off"
+kind = "off"
+[[arms]]
+name = "tidegate default"
+"#;
+
+#[test]
+fn under_capacity_everything_is_served_in_the_work_time() {
+    let s = scenario(POOL);
+    for arm in &s.arms {
+        let run = run_arm(&s, arm, None);
+        let f = &run.steady.figures;
+        assert_eq!(f.offered_rps, 10.0, "{}", arm.name);
+        assert_eq!(f.goodput_rps, 10.0, "{}", arm.name);
+        assert_eq!(f.p99_ms, Some(100.0), "{}", arm.name);
+        assert_eq!(run.series.len(), 20);
+    }
+}
+
+#[test]
+fn an_overloaded_pool_refuses_past_its_queue_and_times_out_the_rest() {
+    // 40 rps into 20 rps of capacity: the internal queue of 5 stays full.
+    let s = scenario(&POOL.replace("rate = 10", "rate = 40"));
+    let run = run_arm(&s, &s.arms[0], None);
+    let f = &run.steady.figures;
+    assert!((f.goodput_rps - 20.0).abs() < 0.5, "{f:?}");
+    assert!((f.refused_ratio - 0.5).abs() < 0.02, "{f:?}");
+    // Five queued ahead at 20 rps: 250 ms of waiting plus 100 ms of work.
+    assert!(
+        f.p50_ms.is_some_and(|p| (300.0..=360.0).contains(&p)),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn abandoned_work_continues_and_the_gate_learns_it_as_a_drop() {
+    // Work of 2 s against a 1 s timeout: every caller gives up, the service works on.
+    let doc = POOL
+        .replace("work = \"100ms\"", "work = \"2s\"")
+        .replace("rate = 10", "rate = 1");
+    let s = scenario(&doc);
+    let off = run_arm(&s, &s.arms[0], None);
+    assert_eq!(off.steady.figures.goodput_rps, 0.0);
+    assert_eq!(off.steady.figures.timeout_ratio, 1.0);
+    assert!(
+        off.series.iter().all(|s| s.inflight <= 2 + 5),
+        "the service holds the abandoned work"
+    );
+    let gated = run_arm(&s, &s.arms[1], None);
+    assert_eq!(gated.steady.figures.goodput_rps, 0.0);
+    assert!(gated.whole.figures.timeout_ratio + gated.whole.figures.shed_ratio > 0.99);
+}
+
+#[test]
+fn every_request_ends_in_exactly_one_outcome() {
+    let doc = POOL.replace("rate = 10", "rate = 60").replace(
+        "[[arms]]\nname = \"off\"",
+        "[load.retries]\nmax = 2\nbackoff = \"50ms\"\non_timeout = true\n[[arms]]\nname = \"off\"",
+    );
+    let s = scenario(&doc);
+    for arm in &s.arms {
+        let run = run_arm(&s, arm, None);
+        let f = &run.whole.figures;
+        let sum = f.goodput_rps / f.offered_rps
+            + f.shed_ratio
+            + f.expired_ratio
+            + f.refused_ratio
+            + f.timeout_ratio
+            + f.unsent_ratio;
+        assert!((sum - 1.0).abs() < 1e-3, "{}: {f:?}", arm.name);
+        let per_second: u64 = run.series.iter().map(|s| s.offered).sum();
+        assert_eq!(per_second as f64, f.offered_rps * 20.0, "{}", arm.name);
+        assert!(per_second >= 1199, "{}", arm.name);
+    }
+}
+
+#[test]
+fn a_connection_cap_leaves_arrivals_unsent() {
+    let doc = POOL
+        .replace("work = \"100ms\"", "work = \"2s\"")
+        .replace("timeout = \"1s\"", "timeout = \"10s\"\nconnections = 4");
+    let s = scenario(&doc);
+    let run = run_arm(&s, &s.arms[0], None);
+    let f = &run.steady.figures;
+    // Two workers at 2 s each serve 1 request per second, so the four connections stay
+    // busy (two working, two waiting 2 s) and 9 arrivals per second of 10 find none free.
+    assert!((f.unsent_ratio - 0.9).abs() < 0.02, "{f:?}");
+    assert!((f.goodput_rps - 1.0).abs() < 0.05, "{f:?}");
+    assert!(f.p50_ms.is_some_and(|p| (p - 4000.0).abs() < 5.0), "{f:?}");
+}
+
+#[test]
+fn a_closed_loop_keeps_its_workers_busy() {
+    let doc = POOL.replace(
+        "arrivals = \"constant\"\nrate = 10",
+        "arrivals = \"closed\"\nworkers = 2\nthink = \"100ms\"",
+    );
+    let s = scenario(&doc);
+    let run = run_arm(&s, &s.arms[0], None);
+    // Each worker: 100 ms of work, 100 ms of thinking.
+    assert!(
+        (run.steady.figures.goodput_rps - 10.0).abs() < 0.2,
+        "{:?}",
+        run.steady
+    );
+}
+
+#[test]
+fn static_leases_grant_per_window_on_each_instance() {
+    let doc = r#"
+duration = "10s"
+warmup = "2s"
+[service]
+kind = "curve"
+instances = 3
+balance = "least_loaded"
+[service.curve]
+by = "window"
+points = [[10, "2ms"], [50, "5ms"], [120, "20ms"]]
+[load]
+arrivals = "constant"
+rate = 1000
+timeout = "5s"
+[[arms]]
+name = "lease 100"
+kind = "static_lease"
+lease = { allowed = 100 }
+"#;
+    let s = scenario(doc);
+    let run = run_arm(&s, &s.arms[0], None);
+    assert_eq!(run.steady.figures.goodput_rps, 300.0);
+    assert_eq!(run.steady.limit, Some(300.0));
+    assert!(run.steady.figures.p99_ms.is_some_and(|p| p <= 20.0));
+}
+
+#[test]
+fn capacity_changes_apply_on_schedule() {
+    let doc = POOL.replace(
+        "[load]",
+        "[[service.changes]]\nat = \"10s\"\nwork = \"50ms\"\n[load]",
+    );
+    let s = scenario(&doc);
+    let run = run_arm(&s, &s.arms[0], None);
+    // Within the histogram's 0.05%.
+    let close = |x: Option<f64>, y: f64| x.is_some_and(|x| (x - y).abs() <= y * 5e-4);
+    assert!(close(run.whole.figures.p99_ms, 100.0), "{:?}", run.whole);
+    assert!(close(run.steady.figures.p99_ms, 50.0), "{:?}", run.steady);
+}
+
+#[test]
+fn settling_is_measured_from_the_overload_start() {
+    let series: Vec<Second> = [50, 40, 30, 30, 22, 19, 21, 20, 15, 20, 20, 20]
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| Second {
+            second: i as u32 + 1,
+            limit: Some(l),
+            ..Second::default()
+        })
+        .collect();
+    // From second 5 on, the median of five is within 20% of 20; the lone 15 is a probe.
+    assert_eq!(settle_time(&series, 1.0, 20.0), Some(4.0));
+    assert_eq!(settle_time(&series, 1.0, 100.0), None);
+}

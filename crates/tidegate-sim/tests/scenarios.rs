@@ -1,0 +1,219 @@
+//! Every scenario file of `scenarios/` runs, shortened, with all its arms, and shows the shape
+//! its document reports where the shortened run is long enough to show it; the same file and
+//! seed give byte-identical output. The full-length figures come from
+//! `tidegate sim run scenarios/NAME.toml`; each file's comment has its document's figures.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test helpers on the repository's own files"
+)]
+
+use std::path::{Path, PathBuf};
+
+use tidegate_core::Nanos;
+use tidegate_sim::scenario::Scenario;
+use tidegate_sim::scenario::engine::run_all;
+use tidegate_sim::scenario::report::{ArmRun, Figures, Report};
+
+fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+}
+
+fn load(name: &str) -> Scenario {
+    Scenario::load(&scenarios_dir().join(format!("{name}.toml"))).expect("a seed scenario")
+}
+
+fn run(name: &str, seconds: u64) -> Report {
+    run_all(&load(name).shortened(Nanos::from_secs(seconds)), 2)
+}
+
+fn arm<'r>(report: &'r Report, name: &str, load: f64) -> &'r ArmRun {
+    report
+        .arms
+        .iter()
+        .find(|a| a.name == name && a.load_rps == load)
+        .unwrap_or_else(|| panic!("{}: no arm {name:?} at {load}", report.scenario))
+}
+
+fn steady<'r>(report: &'r Report, name: &str, load: f64) -> &'r Figures {
+    &arm(report, name, load).steady.figures
+}
+
+/// Every offered request has exactly one outcome.
+fn assert_reconciles(report: &Report) {
+    for a in &report.arms {
+        let f = &a.whole.figures;
+        assert!(
+            f.offered_rps > 0.0,
+            "{} {}: nothing offered",
+            report.scenario,
+            a.name
+        );
+        let sum = f.goodput_rps / f.offered_rps
+            + f.shed_ratio
+            + f.expired_ratio
+            + f.refused_ratio
+            + f.timeout_ratio
+            + f.unsent_ratio;
+        assert!(
+            (sum - 1.0).abs() < 2e-3,
+            "{} {}: {f:?}",
+            report.scenario,
+            a.name
+        );
+        assert!(!a.series.is_empty());
+    }
+}
+
+#[test]
+fn every_scenario_file_runs_with_all_its_arms() {
+    let mut names: Vec<String> = std::fs::read_dir(scenarios_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "capacity-adaptive",
+            "capacity-baseline",
+            "capacity-fixed",
+            "capacity-slow",
+            "cinnamon-tiers",
+            "kanaloa-negative",
+            "kanaloa-positive",
+            "rsocket-leases",
+        ],
+        "a scenario per row of SEED-FIGURES.md"
+    );
+    for name in &names {
+        let mut scenario = load(name).shortened(Nanos::from_secs(10));
+        // The sweep's ends only: the shape in between is for the full run.
+        if scenario.load.rates.len() > 2 {
+            let rates = &scenario.load.rates;
+            scenario.load.rates = vec![rates[0], rates[rates.len() - 1]];
+        }
+        let report = run_all(&scenario, 2);
+        assert_eq!(
+            report.arms.len(),
+            scenario.arms.len() * scenario.load.points().len()
+        );
+        for a in &scenario.arms {
+            assert!(report.arms.iter().any(|r| r.name == a.name));
+        }
+        assert!(
+            scenario.arms.iter().any(|a| a.name == "off")
+                && scenario.arms.iter().any(|a| a.name == "tidegate default"),
+            "{name}: every scenario compares `off` and `tidegate default`"
+        );
+        assert_reconciles(&report);
+    }
+}
+
+#[test]
+fn kanaloa_positive_drowns_unprotected_and_default_holds_its_latency() {
+    let report = run("kanaloa-positive", 60);
+    let off = steady(&report, "off", 250.0);
+    assert!(
+        off.p50_ms.unwrap() > 5_000.0,
+        "latency climbs to seconds: {off:?}"
+    );
+    let default = steady(&report, "tidegate default", 250.0);
+    assert!(default.p99_ms.unwrap() <= 250.0, "{default:?}");
+    assert!(default.goodput_rps >= 0.95 * 200.0, "{default:?}");
+}
+
+#[test]
+fn kanaloa_negative_drowns_unprotected_when_capacity_drops() {
+    let report = run("kanaloa-negative", 60);
+    let off = steady(&report, "off", 180.0);
+    assert!(off.p99_ms.unwrap() > 5_000.0, "{off:?}");
+    let default = steady(&report, "tidegate default", 180.0);
+    assert!(default.p99_ms.unwrap() < 1_000.0, "{default:?}");
+}
+
+#[test]
+fn capacity_demo_shapes() {
+    let baseline = run("capacity-baseline", 60);
+    let off = steady(&baseline, "off", 5.0);
+    assert_eq!(off.goodput_rps, 5.0, "{off:?}");
+    assert!(off.p99_ms.unwrap() <= 1_050.0, "{off:?}");
+
+    let slow = run("capacity-slow", 60);
+    let off = steady(&slow, "off", 5.0);
+    assert_eq!(
+        off.goodput_rps, 0.0,
+        "2 s of work, no proxy: all time out: {off:?}"
+    );
+    let fixed = steady(&slow, "fixed 5 (demo)", 5.0);
+    assert!(
+        (2.0..=2.6).contains(&fixed.goodput_rps),
+        "the demo's fixed quota gets 2.3 ok/s: {fixed:?}"
+    );
+}
+
+#[test]
+fn cinnamon_no_shedder_dies_above_capacity_and_tiers_are_protected() {
+    let mut scenario = load("cinnamon-tiers").shortened(Nanos::from_secs(20));
+    scenario
+        .load
+        .rates
+        .retain(|r| [200.0, 3000.0].contains(&r.get()));
+    scenario.arms.retain(|a| {
+        ["off", "tidegate default", "cinnamon (autotune+pid)"].contains(&a.name.as_str())
+    });
+    let report = run_all(&scenario, 2);
+    for a in report.arms.iter().filter(|a| a.load_rps == 200.0) {
+        assert_eq!(
+            a.steady.figures.goodput_rps, a.steady.figures.offered_rps,
+            "{}",
+            a.name
+        );
+    }
+    assert_eq!(steady(&report, "off", 3000.0).goodput_rps, 0.0);
+    for name in ["tidegate default", "cinnamon (autotune+pid)"] {
+        let run = &arm(&report, name, 3000.0).steady;
+        let (tier1, tier5) = (&run.tiers["1"], &run.tiers["5"]);
+        assert!(run.figures.goodput_rps > 600.0, "{name}: {run:?}");
+        assert!(
+            tier1.goodput_rps > 5.0 * tier5.goodput_rps,
+            "{name}: {run:?}"
+        );
+    }
+}
+
+#[test]
+fn rsocket_static_leases_trade_acceptance_for_latency() {
+    let report = run("rsocket-leases", 30);
+    let unbounded = steady(&report, "lease 9999", 1000.0);
+    assert!(unbounded.p99_ms.unwrap() > 4_000.0, "{unbounded:?}");
+    let lease100 = steady(&report, "lease 100", 1000.0);
+    assert_eq!(lease100.goodput_rps, 300.0);
+    assert!(lease100.p99_ms.unwrap() <= 20.0, "{lease100:?}");
+    let lease30 = steady(&report, "lease 30", 1000.0);
+    assert_eq!(lease30.goodput_rps, 90.0);
+    assert!(lease30.p99_ms.unwrap() <= 4.0, "{lease30:?}");
+}
+
+fn rendered(report: &Report) -> String {
+    format!(
+        "{}\n{}\n{}",
+        serde_json::to_string(report).unwrap(),
+        report.table(),
+        report.csv()
+    )
+}
+
+#[test]
+fn the_same_file_and_seed_give_byte_identical_output() {
+    let scenario = load("kanaloa-positive").shortened(Nanos::from_secs(20));
+    let one_thread = rendered(&run_all(&scenario, 1));
+    let three_threads = rendered(&run_all(&scenario, 3));
+    assert_eq!(one_thread, three_threads);
+    let mut other = scenario.clone();
+    other.seed += 1;
+    assert_ne!(one_thread, rendered(&run_all(&other, 2)));
+}

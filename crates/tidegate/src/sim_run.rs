@@ -1,0 +1,98 @@
+//! `tidegate sim run FILE`: runs a scenario file's arms in virtual time and reports them.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use tidegate_core::Nanos;
+use tidegate_model::NonNegative;
+use tidegate_sim::scenario::Scenario;
+use tidegate_sim::scenario::engine::run_all;
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The scenario file (see scenarios/*.toml).
+    file: PathBuf,
+    /// Seed of the random streams, instead of the file's: same file and seed, same output.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print the results as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Also write <scenario>.csv, the per-second series of every run, into this directory
+    /// (created if needed).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Compress the scenario in time to last this long: its warm-up, load phases and capacity
+    /// changes scale with it, the service's work times and the clients' timeouts do not.
+    #[arg(long, value_parser = crate::parse_duration)]
+    duration: Option<Nanos>,
+    /// Run only this load point of a sweep (requests per second); repeat for several.
+    #[arg(long = "load", value_name = "RPS")]
+    loads: Vec<f64>,
+    /// Run only the arm of this name; repeat for several.
+    #[arg(long = "arm", value_name = "NAME")]
+    arms: Vec<String>,
+    /// Threads for the runs [default: the available cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: Option<u16>,
+}
+
+pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
+    let mut scenario = Scenario::load(&args.file)?;
+    if let Some(seed) = args.seed {
+        scenario.seed = seed;
+    }
+    if let Some(duration) = args.duration {
+        scenario = scenario.shortened(duration);
+    }
+    if !args.arms.is_empty() {
+        if let Some(unknown) = args
+            .arms
+            .iter()
+            .find(|name| !scenario.arms.iter().any(|a| &a.name == *name))
+        {
+            let names: Vec<&str> = scenario.arms.iter().map(|a| a.name.as_str()).collect();
+            bail!(
+                "--arm {unknown:?}: {} has no such arm (its arms: {})",
+                scenario.name,
+                names.join(", ")
+            );
+        }
+        scenario.arms.retain(|a| args.arms.contains(&a.name));
+    }
+    if !args.loads.is_empty() {
+        let points: Vec<f64> = scenario.load.rates.iter().map(|r| r.get()).collect();
+        if let Some(missing) = args.loads.iter().find(|l| !points.contains(l)) {
+            bail!(
+                "--load {missing}: {} has no such load point (its points: {:?})",
+                scenario.name,
+                points
+            );
+        }
+        scenario.load.rates = args
+            .loads
+            .iter()
+            .filter_map(|&l| NonNegative::new(l))
+            .collect();
+    }
+    let jobs = args.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, usize::from),
+        usize::from,
+    );
+    let report = run_all(&scenario, jobs);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(dir) = args.out {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // The per-second series (`report.arms[..].series`) is also what charts are drawn from.
+        let path = dir.join(format!("{}.csv", scenario.name));
+        std::fs::write(&path, report.csv())
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

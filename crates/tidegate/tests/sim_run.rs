@@ -1,0 +1,161 @@
+//! `tidegate sim run`: tables, `--json`, `--out`, and clear errors naming the culprit.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test helpers on the repository's own files"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tidegate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn scenario(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(format!("{name}.toml"))
+        .display()
+        .to_string()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn prints_the_whole_run_and_the_steady_state_per_arm() {
+    let file = scenario("capacity-baseline");
+    let out = tidegate(&["sim", "run", &file, "--duration", "20s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("capacity-baseline (whole run, seed 7)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("capacity-baseline (steady state, seed 7)"),
+        "{text}"
+    );
+    assert_eq!(text.matches("tidegate default").count(), 2, "{text}");
+}
+
+#[test]
+fn json_has_an_entry_per_arm_and_load_point_and_out_writes_the_series() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("tidegate-sim-run-{}", std::process::id()));
+    let file = scenario("cinnamon-tiers");
+    let args = [
+        "sim",
+        "run",
+        &file,
+        "--duration",
+        "5s",
+        "--load",
+        "200",
+        "--load",
+        "4000",
+        "--arm",
+        "off",
+        "--arm",
+        "tidegate default",
+        "--seed",
+        "3",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    let out = tidegate(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["scenario"], "cinnamon-tiers");
+    assert_eq!(json["seed"], 3);
+    let arms = json["arms"].as_array().unwrap();
+    assert_eq!(arms.len(), 4);
+    let names: Vec<(&str, f64)> = arms
+        .iter()
+        .map(|a| (a["name"].as_str().unwrap(), a["load_rps"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("off", 200.0),
+            ("tidegate default", 200.0),
+            ("off", 4000.0),
+            ("tidegate default", 4000.0)
+        ]
+    );
+    for a in arms {
+        for key in [
+            "offered_rps",
+            "goodput_rps",
+            "shed_ratio",
+            "timeout_ratio",
+            "p50_ms",
+            "p99_ms",
+        ] {
+            assert!(
+                a.get(key).is_some() && a["steady"].get(key).is_some(),
+                "{key}: {a}"
+            );
+        }
+        assert!(a["tiers"]["1"]["goodput_rps"].is_number(), "{a}");
+        assert!(a["steady"]["tiers"]["5"]["offered_rps"].is_number(), "{a}");
+    }
+    let csv = std::fs::read_to_string(dir.join("cinnamon-tiers.csv")).expect("the CSV");
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "arm,load,second,offered,ok,shed,expired,timed_out,p50_ms,p99_ms,limit,inflight,queued,drop_p"
+        )
+    );
+    assert_eq!(lines.count(), 4 * 5, "a row per second of each run");
+    // The same command gives the same bytes.
+    assert_eq!(tidegate(&args).stdout, out.stdout);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn errors_name_the_culprit() {
+    let file = scenario("rsocket-leases");
+    let out = tidegate(&["sim", "run", &file, "--arm", "lease 50"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("\"lease 50\"") && stderr(&out).contains("lease 100"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = tidegate(&["sim", "run", &file, "--load", "10"]);
+    assert!(stderr(&out).contains("--load 10"), "{}", stderr(&out));
+
+    let bad: PathBuf =
+        std::env::temp_dir().join(format!("tidegate-bad-{}.toml", std::process::id()));
+    std::fs::write(
+        &bad,
+        "duration = \"10s\"\nwarmup = \"1s\"\n[service]\nkind = \"pool\"\nworkerz = 3\n",
+    )
+    .unwrap();
+    let out = tidegate(&["sim", "run", bad.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("line 5") && err.contains("workerz"), "{err}");
+    std::fs::remove_file(&bad).ok();
+
+    let out = tidegate(&["sim", "run", "/no/such/file.toml"]);
+    assert!(
+        stderr(&out).contains("/no/such/file.toml"),
+        "{}",
+        stderr(&out)
+    );
+}
