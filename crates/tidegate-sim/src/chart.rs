@@ -36,20 +36,28 @@ pub struct Series {
     pub name: String,
     /// `(x, y)` in the order to join them; non-finite values break the line.
     pub points: Vec<(f64, f64)>,
+    /// Drawn thicker and on top of the others: the line the chart is about.
+    pub emphasis: bool,
 }
 
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 400.0;
 /// The plot area's margins: room for tick labels, axis titles and the legend.
 const LEFT: f64 = 70.0;
-const RIGHT: f64 = 170.0;
+const RIGHT: f64 = 200.0;
+/// Legend names longer than this are cut, with an ellipsis.
+const LEGEND_CHARS: usize = 28;
 const TOP: f64 = 36.0;
 const BOTTOM: f64 = 52.0;
 
-/// Okabe and Ito's palette: distinguishable with the common colour-vision deficiencies.
-const PALETTE: [&str; 8] = [
-    "#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442",
+/// Tableau's ten colours; past ten lines, the colours come round again dashed.
+const PALETTE: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac",
 ];
+/// The emphasised line's colour: black stands out from every colour of the palette.
+const EMPHASIS: &str = "#111111";
+const DASHES: [&str; 3] = ["", " stroke-dasharray=\"6 3\"", " stroke-dasharray=\"2 2\""];
 
 impl Chart {
     /// A linear chart without markers.
@@ -69,7 +77,16 @@ impl Chart {
         self.series.push(Series {
             name: name.to_owned(),
             points,
+            emphasis: false,
         });
+        self
+    }
+
+    /// Emphasises the line called `name`, if there is one.
+    pub fn emphasise(mut self, name: &str) -> Chart {
+        for series in &mut self.series {
+            series.emphasis |= series.name == name;
+        }
         self
     }
 
@@ -133,8 +150,18 @@ impl Chart {
             TOP + plot_h / 2.0,
             escape(&self.y_label)
         );
-        for (i, (series, points)) in self.series.iter().zip(&plotted).enumerate() {
-            let colour = PALETTE[i % PALETTE.len()];
+        // Emphasised lines last, so that they are drawn on top.
+        let mut order: Vec<usize> = (0..self.series.len()).collect();
+        order.sort_by_key(|&i| self.series[i].emphasis);
+        for i in order {
+            let (series, points) = (&self.series[i], &plotted[i]);
+            let colour = if series.emphasis {
+                EMPHASIS
+            } else {
+                PALETTE[i % PALETTE.len()]
+            };
+            let dash = DASHES[(i / PALETTE.len()) % DASHES.len()];
+            let width = if series.emphasis { 3.2 } else { 1.6 };
             // Each run of consecutive plottable points is one polyline.
             for run in points.split(Option::is_none) {
                 let coords: Vec<String> = run
@@ -145,7 +172,7 @@ impl Chart {
                 if coords.len() > 1 {
                     let _ = writeln!(
                         svg,
-                        r##"<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{}"/>"##,
+                        r##"<polyline fill="none" stroke="{colour}" stroke-width="{width}"{dash} points="{}"/>"##,
                         coords.join(" ")
                     );
                 }
@@ -164,11 +191,16 @@ impl Chart {
             let lx = LEFT + plot_w + 12.0;
             let _ = writeln!(
                 svg,
-                r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{colour}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"##,
+                r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{colour}" stroke-width="{width}"{dash}/><text x="{:.1}" y="{:.1}"{}>{}</text>"##,
                 lx + 18.0,
                 lx + 24.0,
                 ly + 4.0,
-                escape(&series.name)
+                if series.emphasis {
+                    r#" font-weight="bold""#
+                } else {
+                    ""
+                },
+                escape(&legend_name(&series.name))
             );
         }
         svg.push_str("</svg>\n");
@@ -266,6 +298,14 @@ fn number(v: f64) -> String {
     }
 }
 
+fn legend_name(name: &str) -> String {
+    if name.chars().count() <= LEGEND_CHARS {
+        return name.to_owned();
+    }
+    let cut: String = name.chars().take(LEGEND_CHARS - 1).collect();
+    format!("{cut}…")
+}
+
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -298,6 +338,19 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 1);
         assert_eq!(svg.matches("<circle").count(), 2);
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
+    }
+
+    #[test]
+    fn the_emphasised_line_is_drawn_last_in_bold_and_long_names_are_cut() {
+        let long = "a protection with a very long descriptive name";
+        let svg = latency_chart()
+            .line(long, vec![(0.0, 1.0), (2.0, 2.0)])
+            .emphasise("off")
+            .to_svg();
+        let last = svg.rfind("<polyline").unwrap();
+        assert!(svg[last..].contains(&format!("stroke=\"{EMPHASIS}\" stroke-width=\"3.2\"")));
+        assert!(svg.contains(r#"font-weight="bold">off</text>"#));
+        assert!(svg.contains("a protection with a very lo…</text>"), "{svg}");
     }
 
     #[test]

@@ -32,8 +32,11 @@
 //! is an RSocket responder's static lease on each instance, with no gate. Every table rejects
 //! unknown keys, and parse errors name the key and its line; checks across keys name the key.
 
+mod charts;
 pub mod engine;
 pub mod report;
+
+pub use charts::NamedChart;
 
 use std::path::Path;
 

@@ -19,8 +19,9 @@ pub(crate) struct RunArgs {
     /// Print the results as JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Also write <scenario>.csv, the per-second series of every run, into this directory
-    /// (created if needed).
+    /// Also write into this directory (created if needed) <scenario>.csv, the per-second
+    /// series of every run, and SVG charts: latency, offered load and goodput, limit, queue
+    /// and drop probability over time, and for a sweep goodput and p99 by offered load.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Compress the scenario in time to last this long: its warm-up, load phases and capacity
@@ -88,11 +89,16 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     if let Some(dir) = args.out {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        // The per-second series (`report.arms[..].series`) is also what charts are drawn from.
         let path = dir.join(format!("{}.csv", scenario.name));
         std::fs::write(&path, report.csv())
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
+        for named in report.charts() {
+            let path = dir.join(&named.file_name);
+            std::fs::write(&path, named.chart.to_svg())
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
     }
     Ok(())
 }

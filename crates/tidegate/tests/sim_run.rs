@@ -120,6 +120,35 @@ fn json_has_an_entry_per_arm_and_load_point_and_out_writes_the_series() {
         )
     );
     assert_eq!(lines.count(), 4 * 5, "a row per second of each run");
+    // A sweep gets charts by load, a line per arm, and time charts at its highest load.
+    for what in [
+        "goodput-by-load",
+        "p99-by-load",
+        "latency",
+        "goodput",
+        "limit",
+        "queue",
+        "drop",
+    ] {
+        let svg = std::fs::read_to_string(dir.join(format!("cinnamon-tiers-{what}.svg")))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(
+            svg.starts_with("<svg") && svg.ends_with("</svg>\n"),
+            "{what}"
+        );
+        assert!(
+            svg.contains(">off</text>") && svg.contains(">tidegate default</text>"),
+            "{what}"
+        );
+    }
+    let by_load = std::fs::read_to_string(dir.join("cinnamon-tiers-goodput-by-load.svg")).unwrap();
+    assert_eq!(
+        by_load.matches("<polyline").count(),
+        2,
+        "a line of two points per arm"
+    );
+    let latency = std::fs::read_to_string(dir.join("cinnamon-tiers-latency.svg")).unwrap();
+    assert!(latency.contains("at 4000 rps"), "{latency}");
     // The same command gives the same bytes.
     assert_eq!(tidegate(&args).stdout, out.stdout);
     std::fs::remove_dir_all(&dir).ok();

@@ -1,0 +1,145 @@
+//! The charts of a scenario report: what a reader looks at first.
+//!
+//! A run at one load point is a story over time, so it gets one chart per quantity (latency,
+//! goodput against offered load, limit, queue, drop probability) with a line per arm. A sweep
+//! over load points (cinnamon-tiers) is a story over load, so it also gets steady-state
+//! goodput and p99 against the offered rate, and its time charts show the highest load point,
+//! where the arms differ most.
+
+use super::report::{ArmRun, Report, Second};
+use crate::chart::{Chart, Scale, Series};
+
+/// The arm every chart emphasises.
+const DEFAULT_ARM: &str = "tidegate default";
+
+/// A chart and the file name it belongs in, `<scenario>-<what>.svg`.
+#[derive(Debug)]
+pub struct NamedChart {
+    pub file_name: String,
+    pub chart: Chart,
+}
+
+impl Report {
+    /// Every chart of the report; see the module documentation.
+    pub fn charts(&self) -> Vec<NamedChart> {
+        let mut charts = Vec::new();
+        let named = |what: &str, chart: Chart| NamedChart {
+            file_name: format!("{}-{what}.svg", self.scenario),
+            chart: chart.emphasise(DEFAULT_ARM),
+        };
+        let loads = self.load_points();
+        if loads.len() > 1 {
+            charts.push(named(
+                "goodput-by-load",
+                self.by_load(
+                    "goodput",
+                    |r| Some(r.steady.figures.goodput_rps),
+                    Scale::Linear,
+                ),
+            ));
+            charts.push(named(
+                "p99-by-load",
+                self.by_load("p99 latency (ms)", |r| r.steady.figures.p99_ms, Scale::Log),
+            ));
+        }
+        let top = loads.last().copied().unwrap_or_default();
+        let runs: Vec<&ArmRun> = self.arms.iter().filter(|r| r.load_rps == top).collect();
+        let at = if loads.len() > 1 {
+            format!(" at {top} rps")
+        } else {
+            String::new()
+        };
+        let over_time = |title: &str, y_label: &str, value: fn(&Second) -> Option<f64>| {
+            let mut chart = Chart::new(
+                &format!("{}: {title}{at}", self.scenario),
+                "second",
+                y_label,
+            );
+            for run in &runs {
+                let points = run
+                    .series
+                    .iter()
+                    .map(|s| (f64::from(s.second), value(s).unwrap_or(f64::NAN)))
+                    .collect();
+                chart = chart.line(&run.name, points);
+            }
+            chart
+        };
+        let mut latency = over_time("p99 latency of ok responses", "ms", |s| s.p99_ms);
+        latency.y_scale = Scale::Log;
+        charts.push(named("latency", latency));
+        let mut goodput = over_time("offered load and goodput (ok/s)", "requests/s", |s| {
+            Some(s.ok as f64)
+        });
+        if let Some(first) = runs.first() {
+            // Every arm sees the same offered load: one line for it.
+            goodput.series.insert(
+                0,
+                Series {
+                    emphasis: false,
+                    name: "offered".to_owned(),
+                    points: first
+                        .series
+                        .iter()
+                        .map(|s| (f64::from(s.second), s.offered as f64))
+                        .collect(),
+                },
+            );
+        }
+        charts.push(named("goodput", goodput));
+        charts.push(named(
+            "limit",
+            over_time("concurrency limit (all instances)", "requests", |s| {
+                s.limit.map(f64::from)
+            }),
+        ));
+        charts.push(named(
+            "queue",
+            over_time("requests waiting in the gate", "requests", |s| {
+                Some(f64::from(s.queued))
+            }),
+        ));
+        charts.push(named(
+            "drop",
+            over_time("drop probability / rejection ratio", "ratio", |s| s.drop_p),
+        ));
+        charts
+    }
+
+    /// The distinct load points, in increasing order.
+    fn load_points(&self) -> Vec<f64> {
+        let mut loads: Vec<f64> = self.arms.iter().map(|r| r.load_rps).collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        loads
+    }
+
+    /// A steady-state figure against the offered rate, a line per arm.
+    fn by_load(&self, y_label: &str, value: fn(&ArmRun) -> Option<f64>, scale: Scale) -> Chart {
+        let mut names: Vec<&str> = Vec::new();
+        for run in &self.arms {
+            if !names.contains(&run.name.as_str()) {
+                names.push(&run.name);
+            }
+        }
+        let mut chart = Chart {
+            y_scale: scale,
+            markers: true,
+            ..Chart::new(
+                &format!("{}: steady-state {y_label} by offered load", self.scenario),
+                "offered (requests/s)",
+                y_label,
+            )
+        };
+        for name in names {
+            let points = self
+                .arms
+                .iter()
+                .filter(|r| r.name == name)
+                .map(|r| (r.steady.figures.offered_rps, value(r).unwrap_or(f64::NAN)))
+                .collect();
+            chart = chart.line(name, points);
+        }
+        chart
+    }
+}
