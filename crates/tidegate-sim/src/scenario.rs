@@ -34,9 +34,11 @@
 
 mod charts;
 pub mod engine;
+mod page;
 pub mod report;
 
 pub use charts::NamedChart;
+pub use page::header_comment;
 
 use std::path::Path;
 

@@ -6,8 +6,8 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use tidegate_core::Nanos;
 use tidegate_model::NonNegative;
-use tidegate_sim::scenario::Scenario;
 use tidegate_sim::scenario::engine::run_all;
+use tidegate_sim::scenario::{Scenario, header_comment};
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -20,8 +20,10 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Also write into this directory (created if needed) <scenario>.csv, the per-second
-    /// series of every run, and SVG charts: latency, offered load and goodput, limit, queue
-    /// and drop probability over time, and for a sweep goodput and p99 by offered load.
+    /// series of every run; SVG charts: latency, offered load and goodput, limit, queue and
+    /// drop probability over time, and for a sweep goodput and p99 by offered load; and
+    /// <scenario>.md, a page with the scenario file's head comment, the command, the tables
+    /// and the charts.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Compress the scenario in time to last this long: its warm-up, load phases and capacity
@@ -93,6 +95,12 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         std::fs::write(&path, report.csv())
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
+        let text = std::fs::read_to_string(&args.file)
+            .with_context(|| format!("reading {}", args.file.display()))?;
+        let path = dir.join(format!("{}.md", scenario.name));
+        std::fs::write(&path, report.page(&header_comment(&text), &command_line()))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
         for named in report.charts() {
             let path = dir.join(&named.file_name);
             std::fs::write(&path, named.chart.to_svg())
@@ -101,4 +109,23 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// This invocation as a command to paste into a shell: `tidegate` and the arguments as given,
+/// quoted where needed.
+fn command_line() -> String {
+    let quote = |arg: String| {
+        let plain = arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+".contains(c));
+        if plain && !arg.is_empty() {
+            arg
+        } else {
+            format!("'{}'", arg.replace('\'', r"'\''"))
+        }
+    };
+    std::iter::once("tidegate".to_owned())
+        .chain(std::env::args().skip(1).map(quote))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

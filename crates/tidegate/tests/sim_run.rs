@@ -149,6 +149,17 @@ fn json_has_an_entry_per_arm_and_load_point_and_out_writes_the_series() {
     );
     let latency = std::fs::read_to_string(dir.join("cinnamon-tiers-latency.svg")).unwrap();
     assert!(latency.contains("at 4000 rps"), "{latency}");
+    let page = std::fs::read_to_string(dir.join("cinnamon-tiers.md")).expect("the page");
+    assert!(page.starts_with("# Scenario `cinnamon-tiers`"), "{page}");
+    assert!(
+        page.contains("Uber's Cinnamon against QALM"),
+        "the file's comment: {page}"
+    );
+    assert!(
+        page.contains("--arm 'tidegate default'"),
+        "the command, quoted: {page}"
+    );
+    assert!(page.contains("(cinnamon-tiers-latency.svg)"), "{page}");
     // The same command gives the same bytes.
     assert_eq!(tidegate(&args).stdout, out.stdout);
     std::fs::remove_dir_all(&dir).ok();
