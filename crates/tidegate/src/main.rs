@@ -1,5 +1,7 @@
 //! The `tidegate` command line.
 
+mod load;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,6 +27,7 @@ enum Command {
     /// Run a model in virtual time (deterministic from a seed).
     #[command(subcommand)]
     Sim(Sim),
+    Load(load::LoadArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,6 +137,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => Ok(()),
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
+        Some(Command::Load(args)) => load::load(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -463,6 +463,8 @@ impl fmt::Display for Report {
         )?;
         for t in self.tiers.iter().chain(std::iter::once(&self.total)) {
             let l = &t.latency_ms;
+            // No ok response, no latency: a dash rather than a misleading zero.
+            let ms = |v: f64| if l.count == 0 { "-".to_owned() } else { ms(v) };
             writeln!(
                 f,
                 "{:<5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8.1} {:>9.1} {:>8} {:>8} {:>8} {:>8} {:>8}",
