@@ -220,6 +220,43 @@ async fn at_5000_rps_the_rate_is_within_1_percent_and_p50_within_1_ms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_origin_shows_in_full_no_coordinated_omission() {
+    let _turn = SERIAL.lock().await;
+    // The origin answers nothing for its first 300 ms, then everything at once, then at once.
+    // A closed-loop client would send a request per connection during the stall and report
+    // one slow request each; open loop keeps sending, and every request sent in the stall
+    // waits until its end: latencies spread evenly from 300 ms down to 0.
+    const STALL: Duration = Duration::from_millis(300);
+    let first = std::sync::OnceLock::new();
+    let origin = Origin::start(move |_| {
+        let release = *first.get_or_init(|| Instant::now() + STALL);
+        ok_after(release.saturating_duration_since(Instant::now()))
+    })
+    .await;
+    let report = run(config(origin.url(), 1000.0, Duration::from_secs(1))).await;
+    assert_adds_up(&report);
+    let t = &report.total;
+    assert_eq!((t.sent, t.ok), (1000, 1000), "{report}");
+    assert!(
+        origin.seen().max_concurrent >= 250,
+        "open loop kept sending"
+    );
+    // 300 of 1,000 requests waited, evenly from 300 ms to 0: 10% waited more than 200 ms,
+    // 1% more than 290 ms, none more than the stall.
+    let l = &t.latency_ms;
+    assert!(
+        (180.0..=225.0).contains(&l.p90),
+        "p90 {} ms\n{report}",
+        l.p90
+    );
+    assert!(l.max >= 295.0 && l.max <= 330.0, "max {} ms", l.max);
+    assert!((280.0..=310.0).contains(&l.p99), "p99 {} ms", l.p99);
+    // The per-second histograms keep two significant digits, the totals three.
+    let second_p99 = report.per_second[0].p99_ms;
+    assert!((second_p99 - l.p99).abs() <= l.p99 * 0.01, "{second_p99}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_429_and_503_count_as_shed_and_others_by_kind() {
     let _turn = SERIAL.lock().await;
     // Tier 5 is shed by "tidegate", tier 4 gets a plain 429, tier 2 a 404, tier 1 passes.
