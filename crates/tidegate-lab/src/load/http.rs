@@ -25,8 +25,7 @@ use tokio::task::AbortHandle;
 pub const SHED_HEADER: &str = "tidegate-shed";
 
 /// Why a request failed, for the report's error breakdown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ErrorKind {
     /// The origin answered 4xx other than 429.
     Status4xx,
@@ -52,6 +51,13 @@ impl ErrorKind {
             ErrorKind::Closed => "closed",
             ErrorKind::Protocol => "protocol",
         }
+    }
+}
+
+/// As [`ErrorKind::as_str`], the same names in the JSON report as in the text one.
+impl Serialize for ErrorKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 

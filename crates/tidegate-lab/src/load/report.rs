@@ -510,3 +510,93 @@ impl fmt::Display for Report {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_info() -> RunInfo {
+        RunInfo {
+            url: "http://127.0.0.1:1/".to_owned(),
+            method: "GET".to_owned(),
+            arrivals: "constant".to_owned(),
+            schedule: "0s:2".to_owned(),
+            duration_s: 2.0,
+            timeout_ms: 1000.0,
+            tiers: "1:50,5:50".to_owned(),
+            caller_keys: 0,
+            max_inflight: 10,
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn outcomes_add_up_per_tier_per_second_and_in_total() {
+        let mut r = Recorder::new(2).unwrap();
+        let ms = Duration::from_millis;
+        r.record(0, 0, Outcome::Ok { status: 200 }, ms(10));
+        r.record(0, 0, Outcome::Ok { status: 204 }, ms(30));
+        r.record(
+            1,
+            0,
+            Outcome::Shed {
+                status: 503,
+                by_tidegate: true,
+            },
+            ms(1),
+        );
+        r.record(1, 1, Outcome::TimedOut, ms(1000));
+        let refused = Outcome::Failed {
+            kind: ErrorKind::ConnectRefused,
+            status: None,
+        };
+        r.record(1, 1, refused, ms(0));
+        let dispatched = Dispatched {
+            offered: vec![2, 4],
+            not_sent: vec![0, 1],
+            seconds: vec![(3, 0), (3, 1)],
+            lag: r.lag_histogram(),
+            elapsed: Duration::from_secs(2),
+            stopped_early: false,
+        };
+        let report = Report::build(run_info(), &[1, 5], r, dispatched, 3);
+        let (t1, t5, all) = (&report.tiers[0], &report.tiers[1], &report.total);
+        assert_eq!((t1.tier, t1.sent, t1.ok, t1.goodput), (Some(1), 2, 2, 1.0));
+        assert!((t1.latency_ms.p50 - 10.0).abs() < 0.01 && (t1.latency_ms.max - 30.0).abs() < 0.05);
+        assert_eq!(
+            (
+                t5.sent,
+                t5.shed,
+                t5.shed_by_tidegate,
+                t5.timed_out,
+                t5.errors
+            ),
+            (3, 1, 1, 1, 1)
+        );
+        assert_eq!((all.offered, all.sent, all.not_sent, all.ok), (6, 5, 1, 2));
+        assert_eq!(
+            all.latency_ms.count, 2,
+            "latencies are of ok responses only"
+        );
+        let s1 = &report.per_second[1];
+        assert_eq!(
+            (s1.sent, s1.ok, s1.timed_out, s1.errors, s1.not_sent),
+            (2, 0, 1, 1, 1)
+        );
+        assert_eq!(report.per_second[0].ok_by_tier, vec![2, 0]);
+        assert_eq!(report.statuses.get(&200), Some(&1));
+        assert_eq!(report.statuses.get(&503), Some(&1));
+        assert_eq!(report.errors.get(&ErrorKind::ConnectRefused), Some(&1));
+
+        let json = report.to_json();
+        assert!(json.contains("\"connect_refused\": 1"), "{json}");
+        let text = report.to_string();
+        assert!(
+            text.contains("sent 5 of 6 in 2.000s: 2.5 rps; goodput 1.0 rps; 3 connections"),
+            "{text}"
+        );
+        assert!(text.contains("errors: connect_refused x1"), "{text}");
+        let tier5 = text.lines().find(|l| l.starts_with("5 ")).unwrap();
+        assert!(tier5.ends_with(" -"), "no ok response, no latency: {tier5}");
+    }
+}
