@@ -217,22 +217,24 @@ impl Target {
         })
     }
 
-    async fn resolve(&self) -> Result<SocketAddr, LoadError> {
+    async fn resolve(&self) -> Result<Vec<SocketAddr>, LoadError> {
         // `lookup_host` wants IPv6 literals without their brackets.
         let host = self.host.trim_start_matches('[').trim_end_matches(']');
         let resolve_error = |source| LoadError::Resolve {
             host: self.host.clone(),
             source,
         };
-        let mut addrs = tokio::net::lookup_host((host, self.port))
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, self.port))
             .await
-            .map_err(resolve_error)?;
-        addrs.next().ok_or_else(|| {
-            resolve_error(std::io::Error::new(
+            .map_err(resolve_error)?
+            .collect();
+        if addrs.is_empty() {
+            return Err(resolve_error(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 "no address",
-            ))
-        })
+            )));
+        }
+        Ok(addrs)
     }
 }
 
@@ -407,7 +409,7 @@ pub async fn run_observed(
     mut observe: impl FnMut(&Progress),
 ) -> Result<Report, LoadError> {
     let target = config.check()?;
-    let addr = target.resolve().await?;
+    let addrs = target.resolve().await?;
     let tiers = config.tiers.tiers();
     let slots = tiers.len().max(1);
     let mut headers = config.headers.clone();
@@ -417,7 +419,7 @@ pub async fn run_observed(
         .map(|&t| HeaderValue::from(u16::from(t)))
         .collect();
     let shared = Arc::new(Shared {
-        pool: Pool::new(addr),
+        pool: Pool::new(addrs),
         method: config.method.clone(),
         path: target.path.clone(),
         headers,

@@ -112,7 +112,8 @@ fn a_run_reports_per_tier_in_json() {
 #[test]
 fn a_text_report_with_progress_when_asked() {
     let addr = origin();
-    let url = format!("http://{addr}/");
+    // By name: resolved once, each of its addresses tried in turn.
+    let url = format!("http://localhost:{}/", addr.port());
     let out = tidegate(&[
         "load",
         &url,

@@ -1,4 +1,4 @@
-//! The HTTP/1.1 side: keep-alive connections to one address, and one request's exchange.
+//! The HTTP/1.1 side: keep-alive connections to one host, and one request's exchange.
 //!
 //! Connections are raw hyper `http1` connections over tokio TCP streams rather than a
 //! pooled client, because the generator needs what a pool hides: a new connection opened the
@@ -120,19 +120,21 @@ impl Drop for Conn {
     }
 }
 
-/// The idle connections to one address.
+/// The idle connections to one host.
 #[derive(Debug)]
 pub(crate) struct Pool {
-    addr: SocketAddr,
+    /// The host's addresses, tried in order for each new connection (as curl does, so that
+    /// `localhost` works whether the origin listens on ::1 or 127.0.0.1).
+    addrs: Vec<SocketAddr>,
     idle: Mutex<Vec<Conn>>,
     /// Connections established so far.
     opened: AtomicU64,
 }
 
 impl Pool {
-    pub(crate) fn new(addr: SocketAddr) -> Pool {
+    pub(crate) fn new(addrs: Vec<SocketAddr>) -> Pool {
         Pool {
-            addr,
+            addrs,
             idle: Mutex::new(Vec::new()),
             opened: AtomicU64::new(0),
         }
@@ -160,7 +162,7 @@ impl Pool {
     }
 
     async fn connect(&self) -> Result<Conn, Outcome> {
-        let stream = TcpStream::connect(self.addr).await.map_err(|e| {
+        let stream = TcpStream::connect(&self.addrs[..]).await.map_err(|e| {
             Outcome::failed(if e.kind() == std::io::ErrorKind::ConnectionRefused {
                 ErrorKind::ConnectRefused
             } else {
