@@ -1,6 +1,7 @@
 //! The `tidegate` command line.
 
 mod sim_run;
+mod load;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +28,7 @@ enum Command {
     /// Run a model in virtual time (deterministic from a seed).
     #[command(subcommand)]
     Sim(Sim),
+    Load(load::LoadArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -150,6 +152,7 @@ fn main() -> ExitCode {
         None => Ok(()),
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
         Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
+        Some(Command::Load(args)) => load::load(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,9 @@
+//! tidegate's lab: the pieces that prove the gate works over real sockets.
+//!
+//! The simulator answers "what would happen" in virtual time; the lab answers "what does
+//! happen" with real connections, real kernels and real clocks, on the same scenarios.
+//!
+//! - [`load`]: an open-loop HTTP load generator that measures latency from each request's
+//!   intended send time (no coordinated omission), by tier, with HDR histograms.
+
+pub mod load;
