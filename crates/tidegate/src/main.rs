@@ -1,5 +1,6 @@
 //! The `tidegate` command line.
 
+mod experiment;
 mod load;
 mod origin;
 mod sim_run;
@@ -31,6 +32,7 @@ enum Command {
     Sim(Sim),
     Load(load::LoadArgs),
     Origin(origin::OriginArgs),
+    Experiment(experiment::ExperimentArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -156,6 +158,7 @@ fn main() -> ExitCode {
         Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
         Some(Command::Load(args)) => load::load(args),
         Some(Command::Origin(args)) => origin::origin(args),
+        Some(Command::Experiment(args)) => experiment::experiment(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
