@@ -1,0 +1,269 @@
+//! Rewriting messages as they cross the proxy (RFC 9110 section 7.6).
+//!
+//! Hop-by-hop fields describe one connection and must not be forwarded: `Connection` and every
+//! field it names, plus `Proxy-Connection`, `Keep-Alive`, `TE`, `Transfer-Encoding` and
+//! `Upgrade` (hyper frames each side's body itself). A request gains `X-Forwarded-For` (the
+//! client's address appended) and `Via`; a response gains `Via`. The values that do not change
+//! per request are made once: the client's address per connection, `Via` and the 768
+//! priorities at startup, so that forwarding allocates nothing in the common case.
+
+use std::net::IpAddr;
+
+use http::header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE, VIA};
+use http::{HeaderMap, HeaderName, HeaderValue, Version};
+use tidegate_core::Priority;
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// `Via` values for the protocol a message was received with.
+fn via(version: Version) -> HeaderValue {
+    HeaderValue::from_static(match version {
+        Version::HTTP_09 => "0.9 tidegate",
+        Version::HTTP_10 => "1.0 tidegate",
+        Version::HTTP_2 => "2 tidegate",
+        Version::HTTP_3 => "3 tidegate",
+        _ => "1.1 tidegate",
+    })
+}
+
+/// Removes the hop-by-hop fields.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(&CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(&CONNECTION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+        headers.remove(&CONNECTION);
+    }
+    for name in [
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &TE,
+        &TRANSFER_ENCODING,
+        &UPGRADE,
+    ] {
+        if headers.contains_key(name) {
+            headers.remove(name);
+        }
+    }
+}
+
+/// The per-request values made once.
+#[derive(Debug)]
+pub(crate) struct Forwarding {
+    /// The header the priority is sent in, with a value per rank; `None` when not forwarded.
+    priority: Option<(HeaderName, Vec<HeaderValue>)>,
+    /// The version of the requests sent upstream.
+    pub(crate) upstream_version: Version,
+}
+
+impl Forwarding {
+    pub(crate) fn new(priority_header: Option<HeaderName>, upstream_http2: bool) -> Forwarding {
+        let priority = priority_header.map(|name| {
+            let values = (0..tidegate_core::priority::RANKS as u16)
+                .filter_map(Priority::from_rank)
+                .map(|p| {
+                    HeaderValue::from_str(&p.to_string()).unwrap_or(HeaderValue::from_static("3/0"))
+                })
+                .collect();
+            (name, values)
+        });
+        Forwarding {
+            priority,
+            upstream_version: if upstream_http2 {
+                Version::HTTP_2
+            } else {
+                Version::HTTP_11
+            },
+        }
+    }
+
+    /// Rewrites a request's headers for the upstream. `client` is the client's address as a
+    /// header value (made once per connection).
+    pub(crate) fn request_headers(
+        &self,
+        headers: &mut HeaderMap,
+        version: Version,
+        authority: Option<&http::uri::Authority>,
+        client: &HeaderValue,
+        priority: Priority,
+    ) {
+        // HTTP/2 carries the host in the `:authority` pseudo-header; an HTTP/1.1 upstream
+        // needs it as `Host`.
+        if let Some(authority) = authority
+            && !headers.contains_key(&HOST)
+            && let Ok(host) = HeaderValue::from_str(authority.as_str())
+        {
+            headers.insert(HOST, host);
+        }
+        // gRPC over HTTP/2 requires `te: trailers` end to end; it is the one TE value that
+        // may cross (RFC 9113 section 8.2.2).
+        let te_trailers = self.upstream_version == Version::HTTP_2
+            && headers
+                .get(&TE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| {
+                    v.split(',')
+                        .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+                });
+        strip_hop_by_hop(headers);
+        if te_trailers {
+            headers.insert(TE, HeaderValue::from_static("trailers"));
+        }
+        append_forwarded_for(headers, client);
+        headers.append(VIA, via(version));
+        if let Some((name, values)) = &self.priority {
+            headers.insert(name.clone(), values[usize::from(priority.rank())].clone());
+        }
+    }
+}
+
+/// Appends the client's address to `X-Forwarded-For`, joining an existing list into one line
+/// (many readers look at the first line only).
+fn append_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue) {
+    let mut existing = headers.get_all(&X_FORWARDED_FOR).iter();
+    let value = match (existing.next(), existing.next()) {
+        (None, _) => client.clone(),
+        (Some(first), None) => join(&[first, client]),
+        (Some(_), Some(_)) => {
+            let mut all: Vec<&HeaderValue> = headers.get_all(&X_FORWARDED_FOR).iter().collect();
+            all.push(client);
+            join(&all)
+        }
+    };
+    headers.insert(X_FORWARDED_FOR.clone(), value);
+}
+
+fn join(values: &[&HeaderValue]) -> HeaderValue {
+    let mut bytes = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        if i > 0 {
+            bytes.extend_from_slice(b", ");
+        }
+        bytes.extend_from_slice(value.as_bytes());
+    }
+    // Joined valid values with ", " stay valid.
+    HeaderValue::from_bytes(&bytes).unwrap_or_else(|_| values[values.len() - 1].clone())
+}
+
+/// The client's address as an `X-Forwarded-For` element.
+pub(crate) fn client_value(ip: IpAddr) -> HeaderValue {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"))
+}
+
+/// Rewrites a response's headers for the client.
+pub(crate) fn response_headers(headers: &mut HeaderMap, version: Version) {
+    strip_hop_by_hop(headers);
+    headers.append(VIA, via(version));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        headers
+    }
+
+    #[test]
+    fn hop_by_hop_fields_go_and_the_rest_stays() {
+        let mut headers = map(&[
+            ("connection", "keep-alive, x-secret"),
+            ("connection", "close"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "gzip"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("content-type", "text/plain"),
+            ("x-kept", "yes"),
+        ]);
+        strip_hop_by_hop(&mut headers);
+        let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["content-type", "x-kept"]);
+    }
+
+    #[test]
+    fn request_gains_forwarded_for_via_host_and_priority() {
+        let forwarding = Forwarding::new(Some(HeaderName::from_static("tidegate-priority")), false);
+        let client = client_value("10.0.0.7".parse().unwrap());
+        let mut headers = map(&[
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-for", "2.2.2.2"),
+        ]);
+        let authority: http::uri::Authority = "example.com:8080".parse().unwrap();
+        forwarding.request_headers(
+            &mut headers,
+            Version::HTTP_2,
+            Some(&authority),
+            &client,
+            Priority::new(1, 17).unwrap(),
+        );
+        assert_eq!(headers["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 10.0.0.7");
+        assert_eq!(headers.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(headers["via"], "2 tidegate");
+        assert_eq!(headers["host"], "example.com:8080");
+        assert_eq!(headers["tidegate-priority"], "1/17");
+        let mut plain = map(&[("host", "kept"), ("via", "1.1 edge")]);
+        forwarding.request_headers(
+            &mut plain,
+            Version::HTTP_11,
+            None,
+            &client,
+            Priority::LOWEST,
+        );
+        assert_eq!(plain["x-forwarded-for"], "10.0.0.7");
+        assert_eq!(plain["host"], "kept");
+        let vias: Vec<_> = plain.get_all("via").iter().collect();
+        assert_eq!(vias, ["1.1 edge", "1.1 tidegate"]);
+        assert_eq!(plain["tidegate-priority"], "5/127");
+    }
+
+    #[test]
+    fn te_trailers_crosses_to_an_http2_upstream_only() {
+        let client = client_value("::ffff:127.0.0.1".parse().unwrap());
+        assert_eq!(client, "127.0.0.1");
+        let h2 = Forwarding::new(None, true);
+        let mut headers = map(&[("te", "trailers")]);
+        h2.request_headers(
+            &mut headers,
+            Version::HTTP_2,
+            None,
+            &client,
+            Priority::default(),
+        );
+        assert_eq!(headers["te"], "trailers");
+        assert!(!headers.contains_key("tidegate-priority"), "not forwarded");
+        let h1 = Forwarding::new(None, false);
+        let mut headers = map(&[("te", "trailers")]);
+        h1.request_headers(
+            &mut headers,
+            Version::HTTP_2,
+            None,
+            &client,
+            Priority::default(),
+        );
+        assert!(!headers.contains_key("te"));
+    }
+}
