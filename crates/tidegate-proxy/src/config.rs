@@ -358,6 +358,17 @@ mod priority_text {
 mod tests {
     use super::*;
 
+    /// The error with its sources, as the CLI prints it.
+    fn message(error: &Error) -> String {
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
+    }
+
     #[test]
     fn empty_document_is_the_default() {
         assert_eq!(Config::parse("", "empty").unwrap(), Config::default());
@@ -432,40 +443,35 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named_with_its_line() {
-        let err = Config::parse(
-            "listen = \"127.0.0.1:1\"\n[client]\ntimeuot = \"1s\"\n",
-            "p.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = message(
+            &Config::parse(
+                "listen = \"127.0.0.1:1\"\n[client]\ntimeuot = \"1s\"\n",
+                "p.toml",
+            )
+            .unwrap_err(),
+        );
         assert!(err.contains("p.toml"), "{err}");
         assert!(err.contains("line 3") && err.contains("timeuot"), "{err}");
     }
 
     #[test]
     fn gate_keys_are_checked_too() {
-        let err = Config::parse("[gate.limit]\nalgoritm = \"aimd\"\n", "g.toml")
-            .unwrap_err()
-            .to_string();
+        let err =
+            message(&Config::parse("[gate.limit]\nalgoritm = \"aimd\"\n", "g.toml").unwrap_err());
         assert!(err.contains("line 2") && err.contains("algoritm"), "{err}");
     }
 
     #[test]
     fn mistyped_values_are_named() {
-        let err = Config::parse("[server]\nshed_status = \"busy\"\n", "s.toml")
-            .unwrap_err()
-            .to_string();
+        let err =
+            message(&Config::parse("[server]\nshed_status = \"busy\"\n", "s.toml").unwrap_err());
         assert!(
             err.contains("line 2") && err.contains("shed_status"),
             "{err}"
         );
-        let err = Config::parse("[priority]\ndefault = \"7\"\n", "p.toml")
-            .unwrap_err()
-            .to_string();
+        let err = message(&Config::parse("[priority]\ndefault = \"7\"\n", "p.toml").unwrap_err());
         assert!(err.contains("line 2") && err.contains("tier 7"), "{err}");
-        let err = Config::parse("listen = \"localhost\"\n", "l.toml")
-            .unwrap_err()
-            .to_string();
+        let err = message(&Config::parse("listen = \"localhost\"\n", "l.toml").unwrap_err());
         assert!(err.contains("line 1") && err.contains("listen"), "{err}");
     }
 
@@ -485,14 +491,14 @@ mod tests {
         with_upstream().validate().unwrap();
         let mut config = with_upstream();
         config.server.shed_status = 500;
-        let err = config.validate().unwrap_err().to_string();
+        let err = message(&config.validate().unwrap_err());
         assert!(
             err.contains("server.shed_status") && err.contains("500"),
             "{err}"
         );
         let mut config = with_upstream();
         config.priority.header = "bad header".to_owned();
-        let err = config.validate().unwrap_err().to_string();
+        let err = message(&config.validate().unwrap_err());
         assert!(
             err.contains("priority.header") && err.contains("bad header"),
             "{err}"
@@ -503,7 +509,7 @@ mod tests {
             tier: None,
             partition: None,
         });
-        let err = config.validate().unwrap_err().to_string();
+        let err = message(&config.validate().unwrap_err());
         assert!(err.contains("routes[0].prefix"), "{err}");
         let mut config = with_upstream();
         config.routes.push(Route {
@@ -511,7 +517,7 @@ mod tests {
             tier: Some(6),
             partition: None,
         });
-        let err = config.validate().unwrap_err().to_string();
+        let err = message(&config.validate().unwrap_err());
         assert!(
             err.contains("routes[0].tier") && err.contains("tier 6"),
             "{err}"
@@ -520,7 +526,7 @@ mod tests {
         config
             .upstreams
             .push(UpstreamConfig::new("https://example.com"));
-        let err = config.validate().unwrap_err().to_string();
+        let err = message(&config.validate().unwrap_err());
         assert!(err.contains("https://example.com"), "{err}");
     }
 

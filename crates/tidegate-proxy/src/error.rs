@@ -1,5 +1,7 @@
 //! Why the proxy could not start. Each error names its culprit: the file and line of a bad
-//! key, the URL that does not parse, the address already in use.
+//! key, the URL that does not parse, the address already in use. The underlying error (the
+//! parser's message with the line, the operating system's) is the `source`, not repeated in
+//! the message: print the chain (`{:#}` with anyhow).
 
 use std::net::SocketAddr;
 
@@ -7,14 +9,14 @@ use std::net::SocketAddr;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: String,
         #[source]
         source: std::io::Error,
     },
     /// toml's message names the key, its line and column, and the expected keys or type.
-    #[error("in {origin}: {source}")]
+    #[error("in {origin}")]
     Parse {
         origin: String,
         #[source]
@@ -28,7 +30,7 @@ pub enum Error {
         "no upstream: give --upstream URL, or [[upstreams]] url = \"...\" in the configuration"
     )]
     NoUpstream,
-    #[error("cannot listen on {addr} ({role}): {source}")]
+    #[error("cannot listen on {addr} ({role})")]
     Bind {
         role: &'static str,
         addr: SocketAddr,

@@ -10,6 +10,8 @@ use tidegate_core::Nanos;
 use tidegate_sim::pdc::sweep::{self, Axis, Sweep};
 use tidegate_sim::pdc::{DEFAULT_MULTIPLIER, PdcConfig, ProcessKind};
 
+mod proxy;
+
 /// tidegate keeps services fast when more traffic arrives than they can serve: it learns how
 /// much the service can do in parallel, queues a little, and turns the rest away early, lowest
 /// priority first.
@@ -25,6 +27,7 @@ enum Command {
     /// Run a model in virtual time (deterministic from a seed).
     #[command(subcommand)]
     Sim(Sim),
+    Proxy(proxy::ProxyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,6 +137,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => Ok(()),
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
+        Some(Command::Proxy(args)) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
