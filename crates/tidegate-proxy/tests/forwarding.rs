@@ -1,6 +1,12 @@
 //! The data path over loopback: methods, headers, bodies (large, chunked, streamed both
 //! ways), h2c, and priorities.
 
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test helpers: a failure is the test's failure"
+)]
+
 mod common;
 
 use bytes::Bytes;
