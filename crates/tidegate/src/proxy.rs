@@ -90,13 +90,16 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let upstreams: Vec<String> = config.upstreams.iter().map(|u| u.url.clone()).collect();
     let proxy = Proxy::bind(config).await?;
+    // The handlers are in place before the startup line: a signal sent as soon as it is read
+    // drains rather than kills.
+    let shutdown = shutdown_signal().context("installing the signal handlers")?;
     eprintln!(
         "tidegate proxy: listening on {}, admin on {}, upstreams {}",
         proxy.local_addr(),
         proxy.admin_addr(),
         upstreams.join(", ")
     );
-    let drained = proxy.run(shutdown_signal()).await;
+    let drained = proxy.run(shutdown).await;
     match drained.cut {
         0 => eprintln!("tidegate proxy: drained, stopped"),
         n => eprintln!("tidegate proxy: drain timeout passed, cut {n} connections, stopped"),
@@ -104,26 +107,24 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            // Without a SIGTERM handler, Ctrl-C still stops it.
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+/// A future that completes on SIGTERM or SIGINT (Ctrl-C), with the handlers installed now.
+#[cfg(unix)]
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
+    })
+}
+
+/// A future that completes on Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    Ok(async {
         let _ = tokio::signal::ctrl_c().await;
-    }
+    })
 }
