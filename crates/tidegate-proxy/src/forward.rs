@@ -9,6 +9,7 @@
 
 use std::net::IpAddr;
 
+use http::header::Entry;
 use http::header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE, VIA};
 use http::{HeaderMap, HeaderName, HeaderValue, Version};
 use tidegate_core::Priority;
@@ -28,30 +29,51 @@ fn via(version: Version) -> HeaderValue {
     })
 }
 
-/// Removes the hop-by-hop fields.
+/// The hop-by-hop fields other than those `Connection` names, each with a bit.
+static HOP_BY_HOP: [(&HeaderName, u8); 6] = [
+    (&CONNECTION, 1),
+    (&KEEP_ALIVE, 2),
+    (&PROXY_CONNECTION, 4),
+    (&TE, 8),
+    (&TRANSFER_ENCODING, 16),
+    (&UPGRADE, 32),
+];
+
+/// Removes the hop-by-hop fields. One pass over the (few) names finds which are present,
+/// cheaper than a lookup for each: most requests have none, and most responses only
+/// `Connection: keep-alive`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains_key(&CONNECTION) {
+    let mut present = 0u8;
+    for name in headers.keys() {
+        for (hop, bit) in &HOP_BY_HOP {
+            if name == *hop {
+                present |= bit;
+            }
+        }
+    }
+    if present == 0 {
+        return;
+    }
+    if present & 1 != 0 {
+        // `close` and `keep-alive` are options, not field names (`Keep-Alive` goes anyway).
         let named: Vec<HeaderName> = headers
             .get_all(&CONNECTION)
             .iter()
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(','))
-            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+            .map(str::trim)
+            .filter(|token| {
+                !token.eq_ignore_ascii_case("close") && !token.eq_ignore_ascii_case("keep-alive")
+            })
+            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
             .collect();
         for name in named {
             headers.remove(name);
         }
-        headers.remove(&CONNECTION);
     }
-    for name in [
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &TE,
-        &TRANSFER_ENCODING,
-        &UPGRADE,
-    ] {
-        if headers.contains_key(name) {
-            headers.remove(name);
+    for (hop, bit) in &HOP_BY_HOP {
+        if present & bit != 0 {
+            headers.remove(*hop);
         }
     }
 }
@@ -87,22 +109,22 @@ impl Forwarding {
     }
 
     /// Rewrites a request's headers for the upstream. `client` is the client's address as a
-    /// header value (made once per connection).
+    /// header value (made once per connection); `default_host` the upstream's, for a request
+    /// that names no host.
     pub(crate) fn request_headers(
         &self,
         headers: &mut HeaderMap,
         version: Version,
         authority: Option<&http::uri::Authority>,
         client: &HeaderValue,
+        default_host: &HeaderValue,
         priority: Priority,
     ) {
-        // HTTP/2 carries the host in the `:authority` pseudo-header; an HTTP/1.1 upstream
-        // needs it as `Host`.
-        if let Some(authority) = authority
-            && !headers.contains_key(&HOST)
-            && let Ok(host) = HeaderValue::from_str(authority.as_str())
-        {
-            headers.insert(HOST, host);
+        // HTTP/2 carries the host in the `:authority` pseudo-header, HTTP/1.0 may carry none;
+        // an HTTP/1.1 upstream needs `Host`.
+        if let Entry::Vacant(host) = headers.entry(HOST) {
+            let from_authority = authority.and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+            host.insert(from_authority.unwrap_or_else(|| default_host.clone()));
         }
         // gRPC over HTTP/2 requires `te: trailers` end to end; it is the one TE value that
         // may cross (RFC 9113 section 8.2.2).
@@ -129,17 +151,17 @@ impl Forwarding {
 /// Appends the client's address to `X-Forwarded-For`, joining an existing list into one line
 /// (many readers look at the first line only).
 fn append_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue) {
-    let mut existing = headers.get_all(&X_FORWARDED_FOR).iter();
-    let value = match (existing.next(), existing.next()) {
-        (None, _) => client.clone(),
-        (Some(first), None) => join(&[first, client]),
-        (Some(_), Some(_)) => {
-            let mut all: Vec<&HeaderValue> = headers.get_all(&X_FORWARDED_FOR).iter().collect();
-            all.push(client);
-            join(&all)
+    match headers.entry(&X_FORWARDED_FOR) {
+        Entry::Vacant(entry) => {
+            entry.insert(client.clone());
         }
-    };
-    headers.insert(X_FORWARDED_FOR.clone(), value);
+        Entry::Occupied(mut entry) => {
+            let mut all: Vec<&HeaderValue> = entry.iter().collect();
+            all.push(client);
+            let joined = join(&all);
+            entry.insert(joined);
+        }
+    }
 }
 
 fn join(values: &[&HeaderValue]) -> HeaderValue {
@@ -213,11 +235,13 @@ mod tests {
             ("x-forwarded-for", "2.2.2.2"),
         ]);
         let authority: http::uri::Authority = "example.com:8080".parse().unwrap();
+        let upstream = HeaderValue::from_static("upstream:80");
         forwarding.request_headers(
             &mut headers,
             Version::HTTP_2,
             Some(&authority),
             &client,
+            &upstream,
             Priority::new(1, 17).unwrap(),
         );
         assert_eq!(headers["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 10.0.0.7");
@@ -231,6 +255,7 @@ mod tests {
             Version::HTTP_11,
             None,
             &client,
+            &upstream,
             Priority::LOWEST,
         );
         assert_eq!(plain["x-forwarded-for"], "10.0.0.7");
@@ -238,12 +263,24 @@ mod tests {
         let vias: Vec<_> = plain.get_all("via").iter().collect();
         assert_eq!(vias, ["1.1 edge", "1.1 tidegate"]);
         assert_eq!(plain["tidegate-priority"], "5/127");
+        let mut http10 = HeaderMap::new();
+        forwarding.request_headers(
+            &mut http10,
+            Version::HTTP_10,
+            None,
+            &client,
+            &upstream,
+            Priority::LOWEST,
+        );
+        assert_eq!(http10["host"], "upstream:80");
+        assert_eq!(http10["via"], "1.0 tidegate");
     }
 
     #[test]
     fn te_trailers_crosses_to_an_http2_upstream_only() {
         let client = client_value("::ffff:127.0.0.1".parse().unwrap());
         assert_eq!(client, "127.0.0.1");
+        let host = HeaderValue::from_static("h");
         let h2 = Forwarding::new(None, true);
         let mut headers = map(&[("te", "trailers")]);
         h2.request_headers(
@@ -251,6 +288,7 @@ mod tests {
             Version::HTTP_2,
             None,
             &client,
+            &host,
             Priority::default(),
         );
         assert_eq!(headers["te"], "trailers");
@@ -262,6 +300,7 @@ mod tests {
             Version::HTTP_2,
             None,
             &client,
+            &host,
             Priority::default(),
         );
         assert!(!headers.contains_key("te"));

@@ -19,8 +19,6 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use prometheus_client::registry::Registry;
 use tidegate_core::lease::LeaseHeader;
 use tidegate_core::limit::Outcome;
@@ -29,6 +27,7 @@ use tidegate_tower::{Permit, default_outcome};
 use crate::classify::Classifier;
 use crate::forward::{self, Forwarding};
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
+use crate::pool::Lent;
 use crate::upstream::{Pick, Upstream, Upstreams};
 
 /// The header that names an upstream failure on a 502 or 504.
@@ -43,7 +42,6 @@ pub(crate) struct Shared {
     pub(crate) upstreams: Upstreams,
     pub(crate) classifier: Classifier,
     pub(crate) forwarding: Forwarding,
-    pub(crate) client: Client<HttpConnector, Incoming>,
     pub(crate) metrics: ProxyMetrics,
     pub(crate) registry: Registry,
     pub(crate) timeout: Duration,
@@ -60,7 +58,6 @@ impl Shared {
         upstreams: Upstreams,
         classifier: Classifier,
         forwarding: Forwarding,
-        client: Client<HttpConnector, Incoming>,
         metrics: ProxyMetrics,
         registry: Registry,
         timeout: Duration,
@@ -73,7 +70,6 @@ impl Shared {
             upstreams,
             classifier,
             forwarding,
-            client,
             metrics,
             registry,
             timeout,
@@ -132,9 +128,11 @@ pub(crate) async fn handle(
         parts.version,
         parts.uri.authority(),
         &client,
+        upstream.target.host(),
         class.priority,
     );
-    parts.uri = match upstream.target.uri(parts.uri) {
+    let http2 = shared.forwarding.upstream_version == http::Version::HTTP_2;
+    parts.uri = match upstream.target.uri(parts.uri, http2) {
         Ok(uri) => uri,
         // Only an upstream path prefix joined with a path that is not a valid URI path
         // (`OPTIONS *`) gets here: the client's fault, not the upstream's.
@@ -144,10 +142,10 @@ pub(crate) async fn handle(
         }
     };
     parts.version = shared.forwarding.upstream_version;
-    let sent = shared.client.request(Request::from_parts(parts, body));
+    let sent = upstream.pool.send(Request::from_parts(parts, body));
     let kind = match tokio::time::timeout(shared.timeout, sent).await {
-        Ok(Ok(response)) => return Ok(completion.respond(response)),
-        Ok(Err(error)) => error_kind(&error),
+        Ok(Ok((response, lent))) => return Ok(completion.respond(response, lent)),
+        Ok(Err(error)) => error.kind,
         Err(_elapsed) => ErrorKind::Timeout,
     };
     Ok(completion.fail(kind))
@@ -179,34 +177,6 @@ fn empty(status: StatusCode) -> Response<ResponseBody> {
     response
 }
 
-/// Which kind of failure a client error is.
-fn error_kind(error: &hyper_util::client::legacy::Error) -> ErrorKind {
-    if error.is_connect() {
-        return ErrorKind::Connect;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(cause) = source {
-        if let Some(hyper) = cause.downcast_ref::<hyper::Error>()
-            && (hyper.is_incomplete_message() || hyper.is_canceled() || hyper.is_closed())
-        {
-            return ErrorKind::Reset;
-        }
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind as Io;
-            return match io.kind() {
-                Io::ConnectionReset
-                | Io::ConnectionAborted
-                | Io::BrokenPipe
-                | Io::UnexpectedEof => ErrorKind::Reset,
-                Io::TimedOut => ErrorKind::Timeout,
-                _ => ErrorKind::Protocol,
-            };
-        }
-        source = cause.source();
-    }
-    ErrorKind::Protocol
-}
-
 /// A request from arrival to its end: releases its permit, tells the upstream's health how
 /// it went, and records its duration, exactly once.
 pub(crate) struct Completion {
@@ -215,6 +185,8 @@ pub(crate) struct Completion {
     partition: usize,
     arrived: u64,
     permit: Option<Permit>,
+    /// The upstream connection, back to its pool when the response has been read whole.
+    lent: Option<Lent>,
     finished: bool,
 }
 
@@ -226,6 +198,7 @@ impl Completion {
             partition,
             arrived,
             permit: None,
+            lent: None,
             finished: false,
         };
         completion.upstream().gates[partition]
@@ -240,12 +213,13 @@ impl Completion {
 
     /// The upstream answered: its health is good, its lease applies, and the response goes
     /// to the client with this completion in its body.
-    fn respond(mut self, response: Response<Incoming>) -> Response<ResponseBody> {
+    fn respond(mut self, response: Response<Incoming>, lent: Lent) -> Response<ResponseBody> {
         let probe = std::mem::replace(&mut self.pick.probe, false);
+        self.lent = Some(lent);
         let upstream = self.upstream();
         upstream.health.success(probe, &upstream.metrics);
         let (mut parts, body) = response.into_parts();
-        if let Some(value) = parts.headers.remove(&LEASE_HEADER) {
+        if let Some(value) = take_lease(&mut parts.headers) {
             match value
                 .to_str()
                 .ok()
@@ -287,6 +261,13 @@ impl Completion {
             HeaderValue::from_static(kind.as_str()),
         );
         response
+    }
+
+    /// The response body was read to its end: the connection can serve another exchange.
+    fn reuse_connection(&mut self) {
+        if let Some(lent) = self.lent.take() {
+            self.upstream().pool.put(lent);
+        }
     }
 
     /// Releases the permit with `outcome` (`None`: no permit, or cancelled) and records the
@@ -357,13 +338,26 @@ impl ResponseBody {
     fn end(&mut self, error: Option<ErrorKind>) {
         if let Some((mut completion, outcome)) = self.end.take() {
             match error {
-                None => completion.finish(class_of(outcome), Some(outcome)),
+                None => {
+                    completion.reuse_connection();
+                    completion.finish(class_of(outcome), Some(outcome));
+                }
                 Some(kind) => {
                     completion.upstream().metrics.error(kind);
                     completion.finish(Class::Dropped, Some(Outcome::Dropped));
                 }
             }
         }
+    }
+}
+
+/// Removes the lease header, looking it up only if a pass over the names finds it (most
+/// responses have none).
+fn take_lease(headers: &mut http::HeaderMap) -> Option<HeaderValue> {
+    if headers.keys().any(|name| name == LEASE_HEADER) {
+        headers.remove(&LEASE_HEADER)
+    } else {
+        None
     }
 }
 

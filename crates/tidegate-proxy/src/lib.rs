@@ -35,6 +35,7 @@ mod error;
 mod forward;
 mod handler;
 mod metrics;
+mod pool;
 mod server;
 mod upstream;
 

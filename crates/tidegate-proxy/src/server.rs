@@ -8,8 +8,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -25,6 +23,7 @@ use crate::error::Error;
 use crate::forward::{self, Forwarding};
 use crate::handler::{self, Shared};
 use crate::metrics::ProxyMetrics;
+use crate::pool::{Pool, PoolConfig};
 use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
@@ -80,7 +79,15 @@ impl Proxy {
                     GateSlot::new(gate, gate_name)
                 })
                 .collect();
+            let pool = Pool::new(PoolConfig {
+                address: target.address(),
+                connect_timeout: duration(config.client.connect_timeout),
+                idle_timeout: duration(config.client.pool_idle_timeout),
+                max_idle: config.client.pool_max_idle,
+                http2: config.client.http2,
+            });
             upstreams.push(Upstream {
+                pool,
                 metrics: metrics.upstream(&name),
                 name,
                 url: upstream.url.clone(),
@@ -101,7 +108,6 @@ impl Proxy {
             Upstreams::new(upstreams),
             classifier,
             forwarding,
-            client(&config),
             metrics,
             registry,
             duration(config.client.timeout),
@@ -204,19 +210,6 @@ impl Proxy {
         let _ = admin_task.await;
         Drained { cut }
     }
-}
-
-fn client(config: &Config) -> Client<HttpConnector, hyper::body::Incoming> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(duration(config.client.connect_timeout)));
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(duration(config.client.pool_idle_timeout))
-        .pool_max_idle_per_host(config.client.pool_max_idle)
-        .http2_only(config.client.http2);
-    builder.build(connector)
 }
 
 /// Binds a listener with a deep accept backlog (a burst of connections must wait in the

@@ -16,6 +16,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use http::HeaderValue;
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use tidegate_core::Nanos;
 use tidegate_tower::SharedGate;
@@ -28,6 +29,7 @@ use crate::metrics::UpstreamMetrics;
 #[derive(Clone, Debug)]
 pub(crate) struct Target {
     authority: Authority,
+    host: HeaderValue,
     /// Put before every request's path; empty for none. No trailing '/'.
     base_path: String,
 }
@@ -65,20 +67,35 @@ impl Target {
             return Err(bad("a query string is not allowed"));
         }
         let base_path = uri.path().trim_end_matches('/').to_owned();
+        let host = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| bad("the host is not a valid Host header"))?;
         Ok(Target {
             authority,
+            host,
             base_path,
         })
     }
 
-    /// `host:port`, the default name.
+    /// `host:port` as given, the default name.
     pub(crate) fn authority(&self) -> &str {
         self.authority.as_str()
     }
 
-    /// The request's URI pointed at this upstream: the path and query kept, after the base
-    /// path if there is one.
-    pub(crate) fn uri(&self, original: Uri) -> Result<Uri, http::Error> {
+    /// `host:port` to connect to, the port defaulting to 80.
+    pub(crate) fn address(&self) -> String {
+        let port = self.authority.port_u16().unwrap_or(80);
+        format!("{}:{port}", self.authority.host())
+    }
+
+    /// The `Host` of a request that names none (HTTP/1.0).
+    pub(crate) fn host(&self) -> &HeaderValue {
+        &self.host
+    }
+
+    /// The request's URI for this upstream: the path and query kept, after the base path if
+    /// there is one; in origin form for HTTP/1.1, absolute (with this upstream's authority)
+    /// for HTTP/2, whose `:authority` and `:scheme` come from it.
+    pub(crate) fn uri(&self, original: Uri, absolute: bool) -> Result<Uri, http::Error> {
         let mut parts = original.into_parts();
         let path_and_query = match (parts.path_and_query.take(), self.base_path.is_empty()) {
             (Some(pq), true) => pq,
@@ -88,6 +105,9 @@ impl Target {
                 PathAndQuery::try_from(format!("{}{rest}", self.base_path))?
             }
         };
+        if !absolute {
+            return Ok(Uri::from(path_and_query));
+        }
         parts.scheme = Some(Scheme::HTTP);
         parts.authority = Some(self.authority.clone());
         parts.path_and_query = Some(path_and_query);
@@ -130,6 +150,7 @@ pub(crate) struct Upstream {
     pub(crate) name: String,
     pub(crate) url: String,
     pub(crate) target: Target,
+    pub(crate) pool: crate::pool::Pool,
     /// One per partition, the default partition first.
     pub(crate) gates: Vec<GateSlot>,
     pub(crate) health: Health,
@@ -343,15 +364,25 @@ mod tests {
     fn targets_keep_the_path_and_query() {
         let target = Target::parse("http://127.0.0.1:3000").unwrap();
         assert_eq!(target.authority(), "127.0.0.1:3000");
-        let uri = target.uri("/a/b?c=d".parse().unwrap()).unwrap();
+        assert_eq!(target.host(), "127.0.0.1:3000");
+        assert_eq!(target.address(), "127.0.0.1:3000");
+        let uri = target.uri("/a/b?c=d".parse().unwrap(), true).unwrap();
         assert_eq!(uri, "http://127.0.0.1:3000/a/b?c=d");
+        let origin_form = target.uri("/a/b?c=d".parse().unwrap(), false).unwrap();
+        assert_eq!(origin_form, "/a/b?c=d");
         let prefixed = Target::parse("http://backend/base/").unwrap();
-        let uri = prefixed.uri("/x?y".parse().unwrap()).unwrap();
+        assert_eq!(prefixed.address(), "backend:80");
+        let uri = prefixed.uri("/x?y".parse().unwrap(), true).unwrap();
         assert_eq!(uri, "http://backend/base/x?y");
-        let absolute = target
-            .uri("http://client.example/p".parse().unwrap())
-            .unwrap();
-        assert_eq!(absolute, "http://127.0.0.1:3000/p");
+        let origin_form = prefixed.uri("/x?y".parse().unwrap(), false).unwrap();
+        assert_eq!(origin_form, "/base/x?y");
+        let from_h2 = "http://client.example/p".parse().unwrap();
+        assert_eq!(
+            target.uri(from_h2, true).unwrap(),
+            "http://127.0.0.1:3000/p"
+        );
+        let from_h2 = "http://client.example/p".parse().unwrap();
+        assert_eq!(target.uri(from_h2, false).unwrap(), "/p");
     }
 
     #[test]

@@ -284,3 +284,86 @@ async fn an_upstream_path_prefix_goes_before_the_path() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(origin.last_seen().uri, "/base/echo?q");
 }
+
+#[tokio::test]
+async fn upstream_connections_are_kept_alive_and_reused() {
+    let origin = Origin::start("a").await;
+    let proxy = TestProxy::start(config(&[&origin])).await;
+    let client = client();
+    for i in 0..20 {
+        let request = Request::post(proxy.url("/echo"))
+            .body(body(format!("{i}")))
+            .unwrap();
+        assert_eq!(
+            send(&client, request).await.body(),
+            format!("{i}").as_bytes()
+        );
+    }
+    assert_eq!(
+        origin.connections(),
+        1,
+        "one keep-alive connection served them all"
+    );
+    // Concurrent requests need as many connections, which stay for later.
+    let concurrent = futures_util::future::join_all((0..4).map(|_| spawn_get(proxy.url("/hold"))));
+    let releasing = async {
+        origin.wait_held(4).await;
+        origin.release(4);
+    };
+    let (responses, ()) = tokio::join!(concurrent, releasing);
+    assert!(
+        responses
+            .into_iter()
+            .all(|r| r.unwrap().status() == StatusCode::OK)
+    );
+    let connections = origin.connections();
+    assert!(connections <= 4, "{connections}");
+    for _ in 0..10 {
+        get(&proxy.url("/echo")).await;
+    }
+    assert_eq!(origin.connections(), connections, "the pool reuses them");
+}
+
+#[tokio::test]
+async fn an_upstream_that_closes_every_connection_still_gets_every_request() {
+    let origin = Origin::start_without_keep_alive("a").await;
+    let proxy = TestProxy::start(config(&[&origin])).await;
+    let client = client();
+    for i in 0..10 {
+        let request = Request::post(proxy.url("/echo"))
+            .body(body(format!("{i}")))
+            .unwrap();
+        let response = send(&client, request).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.body(), format!("{i}").as_bytes());
+    }
+    assert_eq!(origin.connections(), 10);
+}
+
+#[tokio::test]
+async fn an_http2_upstream_shares_one_connection() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.client.http2 = true;
+    let proxy = TestProxy::start(config).await;
+    let client = client();
+    let responses = futures_util::future::join_all((0..8).map(|i| {
+        let request = Request::post(proxy.url(&format!("/echo?{i}")))
+            .body(body(format!("to h2 {i}")))
+            .unwrap();
+        send(&client, request)
+    }))
+    .await;
+    for (i, response) in responses.iter().enumerate() {
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.body(), format!("to h2 {i}").as_bytes());
+    }
+    let seen = origin.last_seen();
+    assert_eq!(seen.version, Version::HTTP_2);
+    assert_eq!(seen.uri.path(), "/echo");
+    assert_eq!(origin.connections(), 1);
+}
+
+fn spawn_get(url: String) -> tokio::task::JoinHandle<http::Response<Bytes>> {
+    tokio::spawn(async move { get(&url).await })
+}

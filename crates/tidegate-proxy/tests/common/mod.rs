@@ -75,6 +75,8 @@ struct OriginState {
     held: watch::Sender<usize>,
     release: Semaphore,
     served: AtomicUsize,
+    /// Connections accepted.
+    connections: AtomicUsize,
     downloads: Mutex<Option<mpsc::Receiver<Bytes>>>,
     uploads: mpsc::UnboundedSender<Bytes>,
 }
@@ -105,6 +107,16 @@ impl Origin {
     }
 
     pub(crate) fn serve(name: &str, listener: TcpListener) -> Origin {
+        Origin::serve_with(name, listener, true)
+    }
+
+    /// An origin that closes each HTTP/1.1 connection after one exchange.
+    pub(crate) async fn start_without_keep_alive(name: &str) -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Origin::serve_with(name, listener, false)
+    }
+
+    fn serve_with(name: &str, listener: TcpListener, keep_alive: bool) -> Origin {
         let addr = listener.local_addr().unwrap();
         let (uploads_tx, uploads_rx) = mpsc::unbounded_channel();
         let state = Arc::new(OriginState {
@@ -113,6 +125,7 @@ impl Origin {
             held: watch::Sender::new(0),
             release: Semaphore::new(0),
             served: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
             downloads: Mutex::new(None),
             uploads: uploads_tx,
         });
@@ -123,13 +136,17 @@ impl Origin {
                     let Ok((stream, _)) = listener.accept().await else {
                         continue;
                     };
+                    state.connections.fetch_add(1, Ordering::SeqCst);
                     let state = state.clone();
                     tokio::spawn(async move {
                         let service = service_fn(move |request| {
                             let state = state.clone();
                             async move { Ok::<_, Infallible>(origin(state, request).await) }
                         });
-                        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        let mut builder =
+                            hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                        builder.http1().keep_alive(keep_alive);
+                        let _ = builder
                             .serve_connection(TokioIo::new(stream), service)
                             .await;
                     });
@@ -163,6 +180,11 @@ impl Origin {
     /// Requests answered (held ones once released).
     pub(crate) fn served(&self) -> usize {
         self.state.served.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub(crate) fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
     }
 
     /// Requests held now.
