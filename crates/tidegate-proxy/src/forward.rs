@@ -54,7 +54,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if present == 0 {
         return;
     }
-    if present & 1 != 0 {
+    let options_only = |value: &HeaderValue| {
+        let value = value.as_bytes();
+        value.eq_ignore_ascii_case(b"keep-alive") || value.eq_ignore_ascii_case(b"close")
+    };
+    if present & 1 != 0 && !headers.get_all(&CONNECTION).iter().all(options_only) {
         // `close` and `keep-alive` are options, not field names (`Keep-Alive` goes anyway).
         let named: Vec<HeaderName> = headers
             .get_all(&CONNECTION)
@@ -224,6 +228,14 @@ mod tests {
         let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
         assert_eq!(names, ["content-type", "x-kept"]);
+        // The usual response: only `Connection: keep-alive`.
+        let mut usual = map(&[("connection", "Keep-Alive"), ("content-length", "5")]);
+        strip_hop_by_hop(&mut usual);
+        let names: Vec<&str> = usual.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-length"]);
+        let mut none = map(&[("content-length", "5"), ("x-a", "1")]);
+        strip_hop_by_hop(&mut none);
+        assert_eq!(none.len(), 2);
     }
 
     #[test]
