@@ -139,10 +139,17 @@ impl Pool {
         {
             idle.pop_front();
         }
-        while let Some(Idle { sender, .. }) = idle.pop_back() {
-            // Not ready: its last response was abandoned mid-body, or it is closing.
-            if sender.is_ready() {
-                return Some(sender);
+        for _ in 0..idle.len() {
+            let Some(connection) = idle.pop_back() else {
+                break;
+            };
+            if connection.sender.is_ready() {
+                return Some(connection.sender);
+            }
+            // Open but not ready: its task is still finishing the last exchange (on another
+            // thread). It goes to the cold end rather than being closed.
+            if !connection.sender.is_closed() {
+                idle.push_front(connection);
             }
         }
         None

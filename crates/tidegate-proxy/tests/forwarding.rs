@@ -367,3 +367,31 @@ async fn an_http2_upstream_shares_one_connection() {
 fn spawn_get(url: String) -> tokio::task::JoinHandle<http::Response<Bytes>> {
     tokio::spawn(async move { get(&url).await })
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_threaded_proxy_serves_concurrent_clients_and_counts_each_request() {
+    let origin = Origin::start("a").await;
+    let proxy = TestProxy::start(config(&[&origin])).await;
+    let client = client();
+    let workers = (0..16).map(|worker| {
+        let client = client.clone();
+        let url = proxy.url("/echo");
+        tokio::spawn(async move {
+            for i in 0..25 {
+                let payload = format!("{worker}-{i}");
+                let request = Request::post(&url).body(body(payload.clone())).unwrap();
+                let response = send(&client, request).await;
+                assert_eq!(response.status(), StatusCode::OK);
+                assert_eq!(response.body(), payload.as_bytes());
+            }
+        })
+    });
+    for worker in futures_util::future::join_all(workers).await {
+        worker.unwrap();
+    }
+    let gate = proxy.gate("a").await;
+    assert_eq!(gate["requests"]["ok"], 400);
+    assert_eq!(gate["requests"]["arrived"], 400);
+    assert_eq!(gate["inflight"], 0);
+    assert_eq!(gate["outstanding"], 0);
+}
