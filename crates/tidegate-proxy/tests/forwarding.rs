@@ -395,3 +395,45 @@ async fn a_multi_threaded_proxy_serves_concurrent_clients_and_counts_each_reques
     assert_eq!(gate["inflight"], 0);
     assert_eq!(gate["outstanding"], 0);
 }
+
+#[tokio::test]
+async fn a_caller_key_header_gives_each_caller_a_stable_cohort() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.priority.caller_key_header = "x-api-key".to_owned();
+    let proxy = TestProxy::start(config).await;
+    let client = client();
+    let mut cohorts = std::collections::BTreeSet::new();
+    for user in 0..20 {
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let request = Request::get(proxy.url("/echo"))
+                .header("x-api-key", format!("key-{user}"))
+                .header("tidegate-priority", "2")
+                .body(empty())
+                .unwrap();
+            send(&client, request).await;
+            let forwarded = origin.last_seen().headers["tidegate-priority"].clone();
+            seen.push(forwarded.to_str().unwrap().to_owned());
+        }
+        assert_eq!(seen[0], seen[1], "the same caller, the same cohort");
+        let (tier, cohort) = seen[0].split_once('/').unwrap();
+        assert_eq!(tier, "2", "the header's tier");
+        cohorts.insert(cohort.to_owned());
+    }
+    assert!(
+        cohorts.len() > 5,
+        "callers spread over cohorts: {cohorts:?}"
+    );
+    let request = Request::get(proxy.url("/echo"))
+        .header("x-api-key", "key-0")
+        .header("tidegate-priority", "2/9")
+        .body(empty())
+        .unwrap();
+    send(&client, request).await;
+    assert_eq!(
+        origin.last_seen().headers["tidegate-priority"],
+        "2/9",
+        "a cohort in the header wins"
+    );
+}
