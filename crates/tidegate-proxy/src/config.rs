@@ -88,6 +88,9 @@ pub struct ClientConfig {
     pub timeout: Nanos,
     /// Longest wait for a TCP connection to an upstream; past it the client gets 502.
     pub connect_timeout: Nanos,
+    /// Longest silence of an upstream in the middle of a response body; past it the body is
+    /// cut (the client sees the response end early) and the gate gets a dropped sample.
+    pub read_timeout: Nanos,
     /// How long an idle keep-alive connection stays in the pool.
     pub pool_idle_timeout: Nanos,
     /// Most idle connections kept per upstream.
@@ -101,6 +104,7 @@ impl Default for ClientConfig {
         ClientConfig {
             timeout: Nanos::from_secs(30),
             connect_timeout: Nanos::from_secs(1),
+            read_timeout: Nanos::from_secs(60),
             pool_idle_timeout: Nanos::from_secs(90),
             pool_max_idle: 1024,
             http2: false,
@@ -257,6 +261,7 @@ impl Config {
         for (key, value) in [
             ("client.timeout", self.client.timeout),
             ("client.connect_timeout", self.client.connect_timeout),
+            ("client.read_timeout", self.client.read_timeout),
             ("ejection.base_time", self.ejection.base_time),
         ] {
             if value.is_zero() {

@@ -9,6 +9,7 @@
 //! goes back to the gate at once and teaches the limit nothing).
 
 use std::convert::Infallible;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +46,7 @@ pub(crate) struct Shared {
     pub(crate) metrics: ProxyMetrics,
     pub(crate) registry: Registry,
     pub(crate) timeout: Duration,
+    pub(crate) read_timeout: Duration,
     pub(crate) shed_status: StatusCode,
     pub(crate) retry_after: Duration,
     pub(crate) draining: AtomicBool,
@@ -61,6 +63,7 @@ impl Shared {
         metrics: ProxyMetrics,
         registry: Registry,
         timeout: Duration,
+        read_timeout: Duration,
         shed_status: StatusCode,
         retry_after: Duration,
     ) -> Shared {
@@ -73,6 +76,7 @@ impl Shared {
             metrics,
             registry,
             timeout,
+            read_timeout,
             shed_status,
             retry_after,
             draining: AtomicBool::new(false),
@@ -315,17 +319,38 @@ impl std::fmt::Debug for Completion {
 
 /// A response body: the upstream's, streamed frame by frame, or empty for the proxy's own
 /// answers. It holds the request's [`Completion`] until its last frame.
+///
+/// An upstream that stops sending mid-body must not hold its slot forever: while the body
+/// waits for the upstream, a timer runs, and past `client.read_timeout` without a frame the
+/// body ends with an error (a dropped sample, the connection closed). A body that arrived with
+/// its headers, the common case, never waits and never arms it.
 #[derive(Debug, Default)]
 pub(crate) struct ResponseBody {
     inner: Option<Incoming>,
     end: Option<(Completion, Outcome)>,
+    read_timeout: Duration,
+    /// The deadline for the next frame, made on the first wait and reused.
+    idle: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether `idle` runs for the frame being waited for.
+    armed: bool,
 }
+
+/// The upstream sent nothing for `client.read_timeout` in the middle of a body.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream sent nothing for {0:?} in the middle of the response body")]
+pub(crate) struct ReadTimeout(Duration);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl ResponseBody {
     fn new(inner: Incoming, completion: Completion, outcome: Outcome) -> ResponseBody {
+        let read_timeout = completion.shared.read_timeout;
         let mut body = ResponseBody {
             inner: Some(inner),
             end: Some((completion, outcome)),
+            read_timeout,
+            idle: None,
+            armed: false,
         };
         // An empty body (204, HEAD, a 0-length answer) may never be polled.
         if body.is_end_stream() {
@@ -351,6 +376,24 @@ impl ResponseBody {
     }
 }
 
+impl ResponseBody {
+    /// Runs the idle timer while the upstream is silent: ready when it fired.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.armed {
+            let deadline = tokio::time::Instant::now() + self.read_timeout;
+            match &mut self.idle {
+                Some(idle) => idle.as_mut().reset(deadline),
+                None => self.idle = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            self.armed = true;
+        }
+        match &mut self.idle {
+            Some(idle) => idle.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+}
+
 /// Removes the lease header, looking it up only if a pass over the names finds it (most
 /// responses have none).
 fn take_lease(headers: &mut http::HeaderMap) -> Option<HeaderValue> {
@@ -371,17 +414,26 @@ fn class_of(outcome: Outcome) -> Class {
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
         };
-        let frame = ready!(Pin::new(&mut *inner).poll_frame(cx));
+        let frame = match Pin::new(&mut *inner).poll_frame(cx) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                ready!(this.poll_idle(cx));
+                this.inner = None;
+                this.end(Some(ErrorKind::Timeout));
+                return Poll::Ready(Some(Err(ReadTimeout(this.read_timeout).into())));
+            }
+        };
+        this.armed = false;
         match &frame {
             None => this.end(None),
             Some(Err(_)) => this.end(Some(ErrorKind::Body)),
@@ -389,7 +441,7 @@ impl Body for ResponseBody {
             Some(Ok(_)) if inner.is_end_stream() => this.end(None),
             Some(Ok(_)) => {}
         }
-        Poll::Ready(frame)
+        Poll::Ready(frame.map(|frame| frame.map_err(BoxError::from)))
     }
 
     fn is_end_stream(&self) -> bool {

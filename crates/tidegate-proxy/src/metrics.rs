@@ -7,7 +7,7 @@
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
 //! | `tidegate_request_duration_seconds` | histogram | `upstream`, `class` | time from arrival to the response's last byte (or to the answer, when shed), by how the request ended: `ok`, `dropped`, `ignored` (the limit's outcomes), `shed`, `cancelled` (the client went away), `unavailable` (every upstream ejected; `upstream="none"`) |
-//! | `tidegate_upstream_errors_total` | counter | `upstream`, `kind` | upstream failures: `connect` (refused or unreachable), `timeout`, `reset` (closed mid-exchange), `protocol`, `body` (failed while streaming the response) |
+//! | `tidegate_upstream_errors_total` | counter | `upstream`, `kind` | upstream failures: `connect` (refused or unreachable), `timeout` (no response headers in time, or silent mid-body), `reset` (closed mid-exchange), `protocol`, `body` (failed while streaming the response) |
 //! | `tidegate_upstream_ejections_total` | counter | `upstream` | times the upstream was ejected |
 //! | `tidegate_upstream_ejected` | gauge | `upstream` | 1 while ejected |
 //! | `tidegate_lease_header_invalid_total` | counter | `upstream` | `tidegate-lease` headers that did not parse (ignored) |

@@ -111,6 +111,7 @@ impl Proxy {
             metrics,
             registry,
             duration(config.client.timeout),
+            duration(config.client.read_timeout),
             http::StatusCode::from_u16(config.server.shed_status).map_err(|e| Error::Invalid {
                 key: "server.shed_status".to_owned(),
                 reason: e.to_string(),

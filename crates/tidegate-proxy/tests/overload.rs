@@ -486,3 +486,49 @@ async fn a_lease_caps_an_upstream_and_steers_traffic_away() {
     assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(shed.headers()["tidegate-shed"], "no_lease");
 }
+
+#[tokio::test]
+async fn an_upstream_silent_mid_body_is_cut_after_the_read_timeout() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.client.read_timeout = Nanos::from_millis(300);
+    let proxy = TestProxy::start(config).await;
+    let feed = origin.download();
+    let request = Request::get(proxy.url("/download")).body(empty()).unwrap();
+    let response = within("response headers", client().request(request))
+        .await
+        .unwrap();
+    let mut body = http_body_util::BodyExt::boxed(response.into_body());
+    feed.send(bytes::Bytes::from_static(b"first"))
+        .await
+        .unwrap();
+    let first = within("the first chunk", http_body_util::BodyExt::frame(&mut body))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.into_data().unwrap(), "first");
+    // The origin keeps the body open and says nothing more.
+    let started = Instant::now();
+    let cut = within("the cut", http_body_util::BodyExt::frame(&mut body)).await;
+    assert!(
+        matches!(cut, Some(Err(_)) | None),
+        "the body ends early: {cut:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    let gate = proxy.gate("a").await;
+    assert_eq!(gate["requests"]["dropped"], 1);
+    assert_eq!(gate["inflight"], 0);
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_upstream_errors_total",
+            &[("upstream", "a"), ("kind", "timeout")]
+        ),
+        1.0
+    );
+    drop(feed);
+}
