@@ -1,7 +1,8 @@
 //! The `tidegate` command line.
 
-mod sim_run;
 mod load;
+mod proxy;
+mod sim_run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +30,7 @@ enum Command {
     #[command(subcommand)]
     Sim(Sim),
     Load(load::LoadArgs),
+    Proxy(proxy::ProxyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -153,6 +155,7 @@ fn main() -> ExitCode {
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
         Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
         Some(Command::Load(args)) => load::load(args),
+        Some(Command::Proxy(args)) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
