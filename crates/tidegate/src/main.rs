@@ -3,6 +3,7 @@
 mod experiment;
 mod load;
 mod origin;
+mod proxy;
 mod sim_run;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ enum Command {
     Load(load::LoadArgs),
     Origin(origin::OriginArgs),
     Experiment(experiment::ExperimentArgs),
+    Proxy(proxy::ProxyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,6 +161,7 @@ fn main() -> ExitCode {
         Some(Command::Load(args)) => load::load(args),
         Some(Command::Origin(args)) => origin::origin(args),
         Some(Command::Experiment(args)) => experiment::experiment(args),
+        Some(Command::Proxy(args)) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,166 @@
+//! The admin listener, on its own port so that it stays reachable (and private) whatever the
+//! traffic does: `/metrics` (Prometheus text), `/status` (JSON of every gate), `/healthz` (the
+//! process answers) and `/readyz` (it accepts traffic: not draining, and some upstream not
+//! ejected).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::handler::Shared;
+
+/// Serves the admin endpoints until `stop` turns true.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => break,
+            Some(_) = connections.join_next() => {}
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = shared.clone();
+                connections.spawn(async move {
+                    let service = service_fn(move |request| {
+                        let shared = shared.clone();
+                        async move { Ok::<_, Infallible>(respond(&shared, &request)) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        }
+    }
+    connections.abort_all();
+}
+
+fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".to_owned());
+    }
+    match request.uri().path() {
+        "/metrics" => {
+            let mut body = String::new();
+            match prometheus_client::encoding::text::encode(&mut body, &shared.registry) {
+                Ok(()) => {
+                    let mut response = text(StatusCode::OK, body);
+                    response.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        header::HeaderValue::from_static(
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        ),
+                    );
+                    response
+                }
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+            }
+        }
+        "/status" => {
+            let mut response = text(StatusCode::OK, status(shared).to_string());
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
+        "/readyz" => {
+            if shared.draining.load(Ordering::Acquire) {
+                text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_owned())
+            } else if shared.upstreams.list.iter().all(|u| u.health.is_ejected()) {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "every upstream is ejected\n".to_owned(),
+                )
+            } else {
+                text(StatusCode::OK, "ready\n".to_owned())
+            }
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics, /status, /healthz or /readyz\n".to_owned(),
+        ),
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+}
+
+/// Every upstream, its health and its gates.
+fn status(shared: &Shared) -> Value {
+    let now = shared.now();
+    let upstreams: Vec<Value> = shared
+        .upstreams
+        .list
+        .iter()
+        .map(|upstream| {
+            let gates: Vec<Value> = upstream
+                .gates
+                .iter()
+                .zip(shared.classifier.partitions())
+                .map(|(slot, partition)| {
+                    let s = slot.gate.snapshot();
+                    let c = s.counters.total();
+                    // The lease's expiry is on the gate's clock: only its allowance means
+                    // anything here.
+                    let lease = s.lease.map(|lease| json!({ "allowed": lease.allowed }));
+                    json!({
+                        "gate": slot.name,
+                        "partition": partition,
+                        "limit": s.limit,
+                        "inflight": s.inflight,
+                        "outstanding": slot.outstanding.load(Ordering::Relaxed),
+                        "queued": s.queued,
+                        "oldest_wait_seconds": s.oldest_wait.as_secs_f64(),
+                        "lease": lease,
+                        "reject_ratio": s.regulator.reject_ratio,
+                        "cutoff_rank": s.regulator.cutoff_rank,
+                        "overloaded": s.regulator.overloaded,
+                        "burst": s.regulator.burst,
+                        "requests": {
+                            "arrived": c.arrived,
+                            "ok": c.completed_ok,
+                            "dropped": c.completed_dropped,
+                            "ignored": c.completed_ignored,
+                            "rejected_regulator": c.rejected_regulator,
+                            "rejected_queue_full": c.rejected_queue_full,
+                            "rejected_no_lease": c.rejected_no_lease,
+                            "expired": c.expired,
+                            "cancelled_queued": c.cancelled_queued,
+                            "cancelled_inflight": c.cancelled_inflight,
+                        },
+                    })
+                })
+                .collect();
+            json!({
+                "name": upstream.name,
+                "url": upstream.url,
+                "ejected": upstream.health.is_ejected(),
+                "ejected_for_seconds": upstream.health.ejected_for(now).map(|n| n.as_secs_f64()),
+                "consecutive_failures": upstream.health.failures(),
+                "gates": gates,
+            })
+        })
+        .collect();
+    json!({
+        "draining": shared.draining.load(Ordering::Acquire),
+        "upstreams": upstreams,
+    })
+}

@@ -1,0 +1,237 @@
+//! A request's priority and partition, from its headers and path.
+//!
+//! - The tier comes from a route rule's `tier` if one matches (the operator's word is final),
+//!   else from the priority header, else from the default.
+//! - The cohort comes from the priority header if it names one (`1/17`), else from the
+//!   caller-key header (a stable hash, the same on every proxy instance), else from the
+//!   default.
+//! - A malformed priority header is not an error: the request gets the default priority and
+//!   the header is counted, so that a client's typo costs it its priority, never its answer.
+
+use std::time::SystemTime;
+
+use http::{HeaderMap, HeaderName};
+use tidegate_core::priority::CohortMap;
+use tidegate_core::{Priority, Time};
+
+use crate::config::{Config, header_name};
+use crate::error::Error;
+
+#[derive(Debug)]
+struct RouteRule {
+    prefix: String,
+    tier: Option<u32>,
+    partition: usize,
+}
+
+/// Where a request goes and how important it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Class {
+    pub(crate) priority: Priority,
+    pub(crate) partition: usize,
+    /// The priority header was present but did not parse.
+    pub(crate) header_invalid: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Classifier {
+    header: Option<HeaderName>,
+    default: Priority,
+    caller_key: Option<HeaderName>,
+    cohorts: CohortMap,
+    /// Longest prefix first.
+    routes: Vec<RouteRule>,
+    /// Partition names, the default one (`default`) first.
+    partitions: Vec<String>,
+}
+
+/// The name of the partition of requests no route assigns.
+pub(crate) const DEFAULT_PARTITION: &str = "default";
+
+impl Classifier {
+    pub(crate) fn new(config: &Config) -> Result<Classifier, Error> {
+        let priority = &config.priority;
+        let mut partitions = vec![DEFAULT_PARTITION.to_owned()];
+        let mut routes = Vec::with_capacity(config.routes.len());
+        for route in &config.routes {
+            let partition = match route.partition.as_deref() {
+                None => 0,
+                Some(name) => match partitions.iter().position(|p| p == name) {
+                    Some(index) => index,
+                    None => {
+                        partitions.push(name.to_owned());
+                        partitions.len() - 1
+                    }
+                },
+            };
+            routes.push(RouteRule {
+                prefix: route.prefix.clone(),
+                tier: route.tier,
+                partition,
+            });
+        }
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        Ok(Classifier {
+            header: header_name("priority.header", &priority.header)?,
+            default: priority.default,
+            caller_key: header_name("priority.caller_key_header", &priority.caller_key_header)?,
+            cohorts: priority.cohorts,
+            routes,
+            partitions,
+        })
+    }
+
+    pub(crate) fn partitions(&self) -> &[String] {
+        &self.partitions
+    }
+
+    /// The priority header's name, if one is read.
+    pub(crate) fn header(&self) -> Option<&HeaderName> {
+        self.header.as_ref()
+    }
+
+    pub(crate) fn classify(&self, path: &str, headers: &HeaderMap) -> Class {
+        let route = self.routes.iter().find(|r| path.starts_with(&r.prefix));
+        let mut header_invalid = false;
+        let mut explicit_cohort = false;
+        let mut priority = self.default;
+        if let Some(value) = self.header.as_ref().and_then(|name| headers.get(name)) {
+            match value.to_str().ok().map(|v| (v, v.parse::<Priority>())) {
+                Some((text, Ok(parsed))) => {
+                    priority = parsed;
+                    explicit_cohort = text.contains('/');
+                }
+                _ => header_invalid = true,
+            }
+        }
+        if let Some(tier) = route.and_then(|r| r.tier)
+            && let Ok(routed) = Priority::new(tier, u32::from(priority.cohort()))
+        {
+            priority = routed;
+        }
+        if !explicit_cohort
+            && let Some(key) = self.caller_key.as_ref().and_then(|name| headers.get(name))
+        {
+            priority = priority.with_cohort(self.cohorts.cohort(key.as_bytes(), wall_clock()));
+        }
+        Class {
+            priority,
+            partition: route.map_or(0, |r| r.partition),
+            header_invalid,
+        }
+    }
+}
+
+/// Unix time: the clock every proxy instance shares, so that they map caller keys alike.
+fn wall_clock() -> Time {
+    let since_epoch = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    Time::ZERO + tidegate_core::Nanos::from(since_epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Route;
+
+    fn classifier(edit: impl FnOnce(&mut Config)) -> Classifier {
+        let mut config = Config::default();
+        edit(&mut config);
+        Classifier::new(&config).unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    fn p(tier: u32, cohort: u32) -> Priority {
+        Priority::new(tier, cohort).unwrap()
+    }
+
+    #[test]
+    fn header_gives_tier_and_cohort() {
+        let c = classifier(|_| {});
+        let class = c.classify("/", &headers(&[("tidegate-priority", "1/17")]));
+        assert_eq!(class.priority, p(1, 17));
+        assert!(!class.header_invalid);
+        assert_eq!(c.classify("/", &headers(&[])).priority, Priority::default());
+    }
+
+    #[test]
+    fn malformed_header_gets_the_default_and_is_flagged() {
+        let c = classifier(|config| config.priority.default = p(4, 2));
+        for bad in ["urgent", "9", "1/999", "1/"] {
+            let class = c.classify("/", &headers(&[("tidegate-priority", bad)]));
+            assert_eq!(class.priority, p(4, 2), "{bad}");
+            assert!(class.header_invalid, "{bad}");
+        }
+    }
+
+    #[test]
+    fn routes_set_tier_and_partition_longest_prefix_first() {
+        let c = classifier(|config| {
+            config.routes = vec![
+                Route {
+                    prefix: "/api".to_owned(),
+                    tier: Some(1),
+                    partition: None,
+                },
+                Route {
+                    prefix: "/api/batch".to_owned(),
+                    tier: Some(5),
+                    partition: Some("batch".to_owned()),
+                },
+            ];
+        });
+        assert_eq!(c.partitions(), ["default", "batch"]);
+        let batch = c.classify("/api/batch/7", &headers(&[("tidegate-priority", "0/3")]));
+        assert_eq!((batch.priority, batch.partition), (p(5, 3), 1));
+        let api = c.classify("/api/users", &headers(&[]));
+        assert_eq!((api.priority, api.partition), (p(1, 0), 0));
+        let other = c.classify("/health", &headers(&[]));
+        assert_eq!((other.priority, other.partition), (Priority::default(), 0));
+    }
+
+    #[test]
+    fn caller_key_gives_a_stable_cohort_unless_the_header_names_one() {
+        let c = classifier(|config| config.priority.caller_key_header = "x-user".to_owned());
+        let cohorts: Vec<u8> = (0..64)
+            .map(|user| {
+                let user = format!("user-{user}");
+                let first = c.classify("/", &headers(&[("x-user", &user)]));
+                let again = c.classify(
+                    "/",
+                    &headers(&[("x-user", &user), ("tidegate-priority", "2")]),
+                );
+                assert_eq!(first.priority.tier(), 3);
+                assert_eq!(again.priority.tier(), 2);
+                assert_eq!(first.priority.cohort(), again.priority.cohort());
+                first.priority.cohort()
+            })
+            .collect();
+        assert!(
+            cohorts.iter().any(|&c| c != cohorts[0]),
+            "keys spread over cohorts"
+        );
+        let explicit = c.classify(
+            "/",
+            &headers(&[("x-user", "u"), ("tidegate-priority", "2/9")]),
+        );
+        assert_eq!(explicit.priority, p(2, 9));
+    }
+
+    #[test]
+    fn empty_header_name_reads_nothing() {
+        let c = classifier(|config| config.priority.header = String::new());
+        let class = c.classify("/", &headers(&[("tidegate-priority", "0")]));
+        assert_eq!(class.priority, Priority::default());
+    }
+}

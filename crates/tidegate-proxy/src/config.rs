@@ -1,0 +1,554 @@
+//! The proxy's configuration: every key has a default, so `--upstream URL` alone is a complete
+//! configuration, and every table rejects unknown keys, so that a typo is an error naming the
+//! key and its line instead of a setting silently ignored.
+//!
+//! The gate's section is `tidegate_core::config::GateConfig`, unchanged: the same file format
+//! as the simulator's and the library's. [`DEFAULT_CONFIG`] (`tidegate proxy
+//! --print-default-config`) lists every key with its default and what it does.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use http::HeaderName;
+use serde::{Deserialize, Serialize};
+use tidegate_core::config::GateConfig;
+use tidegate_core::priority::CohortMap;
+use tidegate_core::{Nanos, Priority};
+
+use crate::error::Error;
+
+/// Everything the proxy needs. `Config::default()` plus one upstream is a working proxy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where clients connect (HTTP/1.1 and h2c on the same port).
+    pub listen: SocketAddr,
+    /// Where `/metrics`, `/status`, `/healthz` and `/readyz` are served.
+    pub admin: SocketAddr,
+    /// Worker threads of the runtime (the CLI's `--threads`): 1 runs everything on one thread,
+    /// 0 one per core.
+    pub threads: usize,
+    /// The services behind the proxy.
+    pub upstreams: Vec<UpstreamConfig>,
+    pub client: ClientConfig,
+    pub server: ServerConfig,
+    pub priority: PriorityConfig,
+    /// Path prefixes with their own tier or partition; the longest matching prefix applies.
+    pub routes: Vec<Route>,
+    pub ejection: EjectionConfig,
+    /// Each gate's limit, regulator and queue (one gate per upstream and partition).
+    pub gate: GateConfig,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            threads: 0,
+            upstreams: Vec::new(),
+            client: ClientConfig::default(),
+            server: ServerConfig::default(),
+            priority: PriorityConfig::default(),
+            routes: Vec::new(),
+            ejection: EjectionConfig::default(),
+            gate: GateConfig::default(),
+        }
+    }
+}
+
+/// One service behind the proxy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `http://host:port`, optionally with a path prefix put before every request's path.
+    pub url: String,
+    /// The name in metrics and `/status`; the URL's `host:port` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl UpstreamConfig {
+    pub fn new(url: impl Into<String>) -> UpstreamConfig {
+        UpstreamConfig {
+            url: url.into(),
+            name: None,
+        }
+    }
+}
+
+/// How the proxy talks to the upstreams.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientConfig {
+    /// Longest wait for an upstream's response headers (connecting included); past it the
+    /// client gets 504. The gate's limits are told it, so that answers pinned at the timeout
+    /// count as failures.
+    pub timeout: Nanos,
+    /// Longest wait for a TCP connection to an upstream; past it the client gets 502.
+    pub connect_timeout: Nanos,
+    /// Longest silence of an upstream in the middle of a response body; past it the body is
+    /// cut (the client sees the response end early) and the gate gets a dropped sample.
+    pub read_timeout: Nanos,
+    /// How long an idle keep-alive connection stays in the pool.
+    pub pool_idle_timeout: Nanos,
+    /// Most idle connections kept per upstream.
+    pub pool_max_idle: usize,
+    /// Speak HTTP/2 (prior knowledge, h2c) to the upstreams instead of HTTP/1.1.
+    pub http2: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            timeout: Nanos::from_secs(30),
+            connect_timeout: Nanos::from_secs(1),
+            read_timeout: Nanos::from_secs(60),
+            pool_idle_timeout: Nanos::from_secs(90),
+            pool_max_idle: 1024,
+            http2: false,
+        }
+    }
+}
+
+/// How the proxy answers its clients.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// The status of a shed request: 503 or 429.
+    pub shed_status: u16,
+    /// What a shed request is told in `Retry-After` (rounded up to whole seconds).
+    pub retry_after: Nanos,
+    /// On SIGTERM or SIGINT, how long requests in flight may take to finish.
+    pub drain_timeout: Nanos,
+    /// Accept HTTP/2 with prior knowledge (h2c) besides HTTP/1.1.
+    pub http2: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            shed_status: 503,
+            retry_after: Nanos::from_secs(1),
+            drain_timeout: Nanos::from_secs(10),
+            http2: true,
+        }
+    }
+}
+
+/// How a request's priority is read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriorityConfig {
+    /// The request header with the tier, or the tier and cohort: `1` or `1/17`. A malformed
+    /// value gets the default priority and is counted. Empty: no header is read.
+    pub header: String,
+    /// The priority of a request that says nothing, as `TIER/COHORT`.
+    #[serde(with = "priority_text")]
+    pub default: Priority,
+    /// A request header naming the caller (a user id, an API key): its cohort is a stable
+    /// hash of it, the same on every proxy instance, so that all instances shed the same
+    /// callers first. Empty: cohorts come only from the priority header.
+    pub caller_key_header: String,
+    /// How the caller keys map to cohorts (how often a caller changes cohort, and a salt).
+    pub cohorts: CohortMap,
+    /// Send the priority in force to the upstream in `header`, so that tidegate gates further
+    /// down see the same priority.
+    pub forward: bool,
+}
+
+impl Default for PriorityConfig {
+    fn default() -> PriorityConfig {
+        PriorityConfig {
+            header: "tidegate-priority".to_owned(),
+            default: Priority::default(),
+            caller_key_header: String::new(),
+            cohorts: CohortMap::default(),
+            forward: true,
+        }
+    }
+}
+
+/// A route rule: requests whose path starts with `prefix` get `tier` (whatever their header
+/// says) and go through the gates of `partition`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    pub prefix: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u32>,
+    /// A name: the routes sharing it share a gate per upstream, apart from the default one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+}
+
+/// When an upstream that keeps failing is taken out of the balancing, and how it comes back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EjectionConfig {
+    /// Failures in a row (refused, reset, timed out) that eject an upstream; 0 never ejects.
+    pub consecutive_failures: u32,
+    /// How long the first ejection lasts; each ejection in a row doubles it.
+    pub base_time: Nanos,
+    /// The longest an ejection lasts.
+    pub max_time: Nanos,
+}
+
+impl Default for EjectionConfig {
+    fn default() -> EjectionConfig {
+        EjectionConfig {
+            consecutive_failures: 5,
+            base_time: Nanos::from_secs(5),
+            max_time: Nanos::from_secs(60),
+        }
+    }
+}
+
+/// The default configuration as `tidegate proxy --print-default-config` prints it: every key
+/// with its default and a comment. A test checks that it parses to `Config::default()` and
+/// names every key.
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+impl Config {
+    /// Parses a TOML document; `origin` (a file name) prefixes the error, which names the key
+    /// and its line.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, Error> {
+        toml::from_str(text).map_err(|source| Error::Parse {
+            origin: origin.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &Path) -> Result<Config, Error> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: origin.clone(),
+            source,
+        })?;
+        Config::parse(&text, &origin)
+    }
+
+    /// The configuration as TOML (what `--check` prints).
+    pub fn to_toml(&self) -> Result<String, Error> {
+        toml::to_string(self).map_err(|e| Error::Invalid {
+            key: "configuration".to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Checks what the types cannot: values in range, valid header names, valid URLs.
+    pub fn validate(&self) -> Result<(), Error> {
+        let invalid = |key: &str, reason: String| {
+            Err(Error::Invalid {
+                key: key.to_owned(),
+                reason,
+            })
+        };
+        if self.upstreams.is_empty() {
+            return Err(Error::NoUpstream);
+        }
+        for upstream in &self.upstreams {
+            crate::upstream::Target::parse(&upstream.url)?;
+        }
+        if !matches!(self.server.shed_status, 429 | 503) {
+            return invalid(
+                "server.shed_status",
+                format!("{} is not 503 or 429", self.server.shed_status),
+            );
+        }
+        for (key, value) in [
+            ("client.timeout", self.client.timeout),
+            ("client.connect_timeout", self.client.connect_timeout),
+            ("client.read_timeout", self.client.read_timeout),
+            ("ejection.base_time", self.ejection.base_time),
+        ] {
+            if value.is_zero() {
+                return invalid(key, "must be longer than zero".to_owned());
+            }
+        }
+        if self.ejection.max_time < self.ejection.base_time {
+            return invalid(
+                "ejection.max_time",
+                format!(
+                    "{} is shorter than ejection.base_time ({})",
+                    self.ejection.max_time, self.ejection.base_time
+                ),
+            );
+        }
+        for (key, value) in [
+            ("priority.header", &self.priority.header),
+            (
+                "priority.caller_key_header",
+                &self.priority.caller_key_header,
+            ),
+        ] {
+            header_name(key, value)?;
+        }
+        for (i, route) in self.routes.iter().enumerate() {
+            if !route.prefix.starts_with('/') {
+                return invalid(
+                    &format!("routes[{i}].prefix"),
+                    format!("{:?} does not start with '/'", route.prefix),
+                );
+            }
+            if let Some(tier) = route.tier
+                && let Err(e) = Priority::new(tier, 0)
+            {
+                return invalid(&format!("routes[{i}].tier"), e.to_string());
+            }
+            if route.partition.as_deref() == Some("") {
+                return invalid(
+                    &format!("routes[{i}].partition"),
+                    "must not be empty".to_owned(),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The gate configuration the proxy runs: the configured one, with every limit's
+    /// `timeout` no longer than the upstream timeout. An answer can take no longer than that
+    /// (it becomes a 504), so a longer limit timeout would never fire, and a limit that is not
+    /// told the timeout takes answers pinned at it for a stable service and grows (the "stable
+    /// timeout" failure of `docs/algorithms.md`).
+    pub fn effective_gate(&self) -> GateConfig {
+        let timeout = self.client.timeout;
+        let mut gate = self.gate.clone();
+        let limit = &mut gate.limit;
+        limit.aimd.timeout = limit.aimd.timeout.min(timeout);
+        limit.gradient2.timeout = limit.gradient2.timeout.min(timeout);
+        limit.vegas.timeout = limit.vegas.timeout.min(timeout);
+        limit.hill_climb.timeout =
+            Some(limit.hill_climb.timeout.map_or(timeout, |t| t.min(timeout)));
+        limit.autotune.timeout = Some(limit.autotune.timeout.map_or(timeout, |t| t.min(timeout)));
+        gate
+    }
+}
+
+/// A header name from the configuration; `None` for the empty string (the feature is off).
+pub(crate) fn header_name(key: &str, value: &str) -> Result<Option<HeaderName>, Error> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    HeaderName::from_bytes(value.as_bytes())
+        .map(Some)
+        .map_err(|_| Error::Invalid {
+            key: key.to_owned(),
+            reason: format!("{value:?} is not a valid header name"),
+        })
+}
+
+pub(crate) fn duration(nanos: Nanos) -> Duration {
+    Duration::from(nanos)
+}
+
+/// A priority written as `TIER/COHORT`, as in the header.
+mod priority_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tidegate_core::Priority;
+
+    pub(super) fn serialize<S: Serializer>(p: &Priority, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(p)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Priority, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error with its sources, as the CLI prints it.
+    fn message(error: &Error) -> String {
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
+    }
+
+    #[test]
+    fn empty_document_is_the_default() {
+        assert_eq!(Config::parse("", "empty").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn default_config_text_parses_to_the_defaults() {
+        assert_eq!(
+            Config::parse(DEFAULT_CONFIG, "default").unwrap(),
+            Config::default()
+        );
+    }
+
+    /// Every key path of a TOML table, as `a.b.c`.
+    fn key_paths(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
+        for (key, value) in table {
+            let path = format!("{prefix}{key}");
+            match value {
+                toml::Value::Table(inner) => key_paths(inner, &format!("{path}."), out),
+                // Arrays of tables (upstreams, routes) are checked by their keys below.
+                toml::Value::Array(_) => {}
+                _ => out.push(path),
+            }
+        }
+    }
+
+    #[test]
+    fn default_config_text_names_every_key() {
+        let mut example = Config::default();
+        example.upstreams.push(UpstreamConfig {
+            url: "http://127.0.0.1:3000".to_owned(),
+            name: Some("a".to_owned()),
+        });
+        example.routes.push(Route {
+            prefix: "/".to_owned(),
+            tier: Some(1),
+            partition: Some("p".to_owned()),
+        });
+        let serialized: toml::Table = toml::from_str(&example.to_toml().unwrap()).unwrap();
+        let mut keys = Vec::new();
+        key_paths(&serialized, "", &mut keys);
+        // Keys of the tables in arrays (upstreams, routes) and the optional limit timeouts
+        // appear in comments: look for `key =` in the text, commented or not.
+        for key in keys {
+            let last = key.rsplit('.').next().unwrap();
+            let section = key.rsplit_once('.').map_or("", |(s, _)| s);
+            let header = format!("[{section}]");
+            let found = if section.is_empty() {
+                DEFAULT_CONFIG.contains(&format!("\n{last} ="))
+            } else {
+                DEFAULT_CONFIG
+                    .split_once(&header)
+                    .is_some_and(|(_, rest)| rest.contains(&format!("{last} =")))
+            };
+            assert!(found, "{key} is missing from default.toml");
+        }
+        for table in ["# [[upstreams]]", "# [[routes]]"] {
+            assert!(DEFAULT_CONFIG.contains(table), "{table}");
+        }
+        for key in [
+            "url",
+            "name",
+            "prefix",
+            "tier",
+            "partition",
+            "timeout",
+            "lifo_after",
+        ] {
+            assert!(DEFAULT_CONFIG.contains(&format!("# {key} =")), "{key}");
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let err = message(
+            &Config::parse(
+                "listen = \"127.0.0.1:1\"\n[client]\ntimeuot = \"1s\"\n",
+                "p.toml",
+            )
+            .unwrap_err(),
+        );
+        assert!(err.contains("p.toml"), "{err}");
+        assert!(err.contains("line 3") && err.contains("timeuot"), "{err}");
+    }
+
+    #[test]
+    fn gate_keys_are_checked_too() {
+        let err =
+            message(&Config::parse("[gate.limit]\nalgoritm = \"aimd\"\n", "g.toml").unwrap_err());
+        assert!(err.contains("line 2") && err.contains("algoritm"), "{err}");
+    }
+
+    #[test]
+    fn mistyped_values_are_named() {
+        let err =
+            message(&Config::parse("[server]\nshed_status = \"busy\"\n", "s.toml").unwrap_err());
+        assert!(
+            err.contains("line 2") && err.contains("shed_status"),
+            "{err}"
+        );
+        let err = message(&Config::parse("[priority]\ndefault = \"7\"\n", "p.toml").unwrap_err());
+        assert!(err.contains("line 2") && err.contains("tier 7"), "{err}");
+        let err = message(&Config::parse("listen = \"localhost\"\n", "l.toml").unwrap_err());
+        assert!(err.contains("line 1") && err.contains("listen"), "{err}");
+    }
+
+    fn with_upstream() -> Config {
+        Config {
+            upstreams: vec![UpstreamConfig::new("http://127.0.0.1:3000")],
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn validation_names_the_culprit() {
+        assert!(matches!(
+            Config::default().validate(),
+            Err(Error::NoUpstream)
+        ));
+        with_upstream().validate().unwrap();
+        let mut config = with_upstream();
+        config.server.shed_status = 500;
+        let err = message(&config.validate().unwrap_err());
+        assert!(
+            err.contains("server.shed_status") && err.contains("500"),
+            "{err}"
+        );
+        let mut config = with_upstream();
+        config.priority.header = "bad header".to_owned();
+        let err = message(&config.validate().unwrap_err());
+        assert!(
+            err.contains("priority.header") && err.contains("bad header"),
+            "{err}"
+        );
+        let mut config = with_upstream();
+        config.routes.push(Route {
+            prefix: "api".to_owned(),
+            tier: None,
+            partition: None,
+        });
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("routes[0].prefix"), "{err}");
+        let mut config = with_upstream();
+        config.routes.push(Route {
+            prefix: "/api".to_owned(),
+            tier: Some(6),
+            partition: None,
+        });
+        let err = message(&config.validate().unwrap_err());
+        assert!(
+            err.contains("routes[0].tier") && err.contains("tier 6"),
+            "{err}"
+        );
+        let mut config = with_upstream();
+        config
+            .upstreams
+            .push(UpstreamConfig::new("https://example.com"));
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("https://example.com"), "{err}");
+    }
+
+    #[test]
+    fn limits_are_told_the_upstream_timeout() {
+        let mut config = with_upstream();
+        config.client.timeout = Nanos::from_millis(800);
+        let gate = config.effective_gate();
+        assert_eq!(gate.limit.autotune.timeout, Some(Nanos::from_millis(800)));
+        assert_eq!(gate.limit.hill_climb.timeout, Some(Nanos::from_millis(800)));
+        assert_eq!(gate.limit.aimd.timeout, Nanos::from_millis(800));
+        assert_eq!(gate.limit.gradient2.timeout, Nanos::from_millis(800));
+        // A shorter timeout configured for a limit is kept.
+        config.gate.limit.aimd.timeout = Nanos::from_millis(200);
+        assert_eq!(
+            config.effective_gate().limit.aimd.timeout,
+            Nanos::from_millis(200)
+        );
+    }
+}

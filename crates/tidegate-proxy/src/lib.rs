@@ -1,0 +1,45 @@
+//! tidegate as a reverse proxy in front of any HTTP service: the service needs no change and
+//! the proxy no knowledge of its capacity (Kanaloa's promise).
+//!
+//! Per request: classify (priority header, caller-key header, route rules) -> pick the
+//! upstream with the most availability -> pass its gate (`tidegate-tower`'s shared gate, the
+//! core's algorithms) -> forward over a pooled keep-alive client -> hold the permit until the
+//! response's last byte -> feed the limit how it went. Turned away: 503 (or 429) with
+//! `Retry-After` and `tidegate-shed: REASON`, at once or after at most the queue timeout.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), tidegate_proxy::Error> {
+//! use tidegate_proxy::{Config, Proxy, UpstreamConfig};
+//!
+//! let config = Config {
+//!     upstreams: vec![UpstreamConfig::new("http://127.0.0.1:3000")],
+//!     ..Config::default()
+//! };
+//! let proxy = Proxy::bind(config).await?;
+//! println!("listening on {}", proxy.local_addr());
+//! // Any future that completes when the proxy should drain and stop: a signal, a channel.
+//! let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let drained = proxy.run(async { let _ = stopped.await; }).await;
+//! assert_eq!(drained.cut, 0);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `docs/proxy.md` is the user's guide: configuration, headers, status codes, metrics and
+//! shutdown.
+
+mod admin;
+mod classify;
+pub mod config;
+mod error;
+mod forward;
+mod handler;
+mod metrics;
+mod pool;
+mod server;
+mod upstream;
+
+pub use config::{Config, DEFAULT_CONFIG, UpstreamConfig};
+pub use error::Error;
+pub use handler::ERROR_HEADER;
+pub use server::{Drained, Proxy};

@@ -1,0 +1,214 @@
+//! The proxy's metrics, in Prometheus text on the admin listener's `/metrics`.
+//!
+//! Each gate exports `tidegate-tower`'s collector (requests by tier and outcome, in flight,
+//! limit, queue length and wait, the regulator's ratio), labelled `gate` with the upstream's
+//! name (`PARTITION/UPSTREAM` for a route partition's gates). The proxy adds what only it sees:
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `tidegate_request_duration_seconds` | histogram | `upstream`, `class` | time from arrival to the response's last byte (or to the answer, when shed), by how the request ended: `ok`, `dropped`, `ignored` (the limit's outcomes), `shed`, `cancelled` (the client went away), `unavailable` (every upstream ejected; `upstream="none"`) |
+//! | `tidegate_upstream_errors_total` | counter | `upstream`, `kind` | upstream failures: `connect` (refused or unreachable), `timeout` (no response headers in time, or silent mid-body), `reset` (closed mid-exchange), `protocol`, `body` (failed while streaming the response) |
+//! | `tidegate_upstream_ejections_total` | counter | `upstream` | times the upstream was ejected |
+//! | `tidegate_upstream_ejected` | gauge | `upstream` | 1 while ejected |
+//! | `tidegate_lease_header_invalid_total` | counter | `upstream` | `tidegate-lease` headers that did not parse (ignored) |
+//! | `tidegate_priority_header_invalid_total` | counter | | priority headers that did not parse (the request got the default priority) |
+//!
+//! Every handle a request touches is created at startup and kept, so that the request path
+//! does no label lookup: an observation is a few atomic operations.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+fn duration_histogram() -> Histogram {
+    // 0.5 ms to 16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// How a request ended, for the duration histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Ok,
+    Dropped,
+    Ignored,
+    Shed,
+    Cancelled,
+}
+
+impl Class {
+    const ALL: [Class; 5] = [
+        Class::Ok,
+        Class::Dropped,
+        Class::Ignored,
+        Class::Shed,
+        Class::Cancelled,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Class::Ok => "ok",
+            Class::Dropped => "dropped",
+            Class::Ignored => "ignored",
+            Class::Shed => "shed",
+            Class::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Why an upstream failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    Connect,
+    Timeout,
+    Reset,
+    Protocol,
+    Body,
+}
+
+impl ErrorKind {
+    const ALL: [ErrorKind; 5] = [
+        ErrorKind::Connect,
+        ErrorKind::Timeout,
+        ErrorKind::Reset,
+        ErrorKind::Protocol,
+        ErrorKind::Body,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Body => "body",
+        }
+    }
+}
+
+/// One upstream's handles.
+#[derive(Debug)]
+pub(crate) struct UpstreamMetrics {
+    durations: [Histogram; Class::ALL.len()],
+    errors: [Counter; ErrorKind::ALL.len()],
+    pub(crate) ejections: Counter,
+    pub(crate) ejected: Gauge,
+    pub(crate) lease_invalid: Counter,
+}
+
+impl UpstreamMetrics {
+    pub(crate) fn observe(&self, class: Class, seconds: f64) {
+        self.durations[class as usize].observe(seconds);
+    }
+
+    pub(crate) fn error(&self, kind: ErrorKind) {
+        self.errors[kind as usize].inc();
+    }
+
+    /// Handles registered nowhere, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn detached() -> UpstreamMetrics {
+        UpstreamMetrics {
+            durations: std::array::from_fn(|_| duration_histogram()),
+            errors: Default::default(),
+            ejections: Counter::default(),
+            ejected: Gauge::default(),
+            lease_invalid: Counter::default(),
+        }
+    }
+}
+
+/// The proxy's own families, and the handles not tied to an upstream.
+#[derive(Debug)]
+pub(crate) struct ProxyMetrics {
+    durations: Family<Labels, Histogram, fn() -> Histogram>,
+    errors: Family<Labels, Counter>,
+    ejections: Family<Labels, Counter>,
+    ejected: Family<Labels, Gauge>,
+    lease_invalid: Family<Labels, Counter>,
+    pub(crate) priority_invalid: Counter,
+    /// Requests answered 503 because every upstream was ejected.
+    pub(crate) unavailable: Histogram,
+}
+
+impl ProxyMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> ProxyMetrics {
+        let durations = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
+            duration_histogram,
+        );
+        let errors = Family::<Labels, Counter>::default();
+        let ejections = Family::<Labels, Counter>::default();
+        let ejected = Family::<Labels, Gauge>::default();
+        let lease_invalid = Family::<Labels, Counter>::default();
+        let priority_invalid = Counter::default();
+        registry.register(
+            "tidegate_request_duration_seconds",
+            "Time from a request's arrival to its response's last byte, by upstream and how it ended.",
+            durations.clone(),
+        );
+        registry.register(
+            "tidegate_upstream_errors",
+            "Upstream failures by kind.",
+            errors.clone(),
+        );
+        registry.register(
+            "tidegate_upstream_ejections",
+            "Times an upstream was ejected for failing.",
+            ejections.clone(),
+        );
+        registry.register(
+            "tidegate_upstream_ejected",
+            "1 while the upstream is ejected.",
+            ejected.clone(),
+        );
+        registry.register(
+            "tidegate_lease_header_invalid",
+            "Lease headers from an upstream that did not parse.",
+            lease_invalid.clone(),
+        );
+        registry.register(
+            "tidegate_priority_header_invalid",
+            "Priority headers that did not parse; the request got the default priority.",
+            priority_invalid.clone(),
+        );
+        let unavailable = durations
+            .get_or_create(&vec![
+                ("upstream", "none".to_owned()),
+                ("class", "unavailable".to_owned()),
+            ])
+            .clone();
+        ProxyMetrics {
+            durations,
+            errors,
+            ejections,
+            ejected,
+            lease_invalid,
+            priority_invalid,
+            unavailable,
+        }
+    }
+
+    /// Creates `upstream`'s series now (so that they are exported from the start, at zero)
+    /// and returns its handles.
+    pub(crate) fn upstream(&self, upstream: &str) -> UpstreamMetrics {
+        let name = || ("upstream", upstream.to_owned());
+        UpstreamMetrics {
+            durations: Class::ALL.map(|class| {
+                self.durations
+                    .get_or_create(&vec![name(), ("class", class.as_str().to_owned())])
+                    .clone()
+            }),
+            errors: ErrorKind::ALL.map(|kind| {
+                self.errors
+                    .get_or_create(&vec![name(), ("kind", kind.as_str().to_owned())])
+                    .clone()
+            }),
+            ejections: self.ejections.get_or_create(&vec![name()]).clone(),
+            ejected: self.ejected.get_or_create(&vec![name()]).clone(),
+            lease_invalid: self.lease_invalid.get_or_create(&vec![name()]).clone(),
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Keep-alive connections to one upstream.
+//!
+//! A pool per upstream, on hyper's connection API rather than a general-purpose client: the
+//! proxy knows its upstreams at startup, so there is no pool key to hash, no URI to take apart
+//! and no boxed future per request. HTTP/1.1 connections carry one exchange at a time: one is
+//! taken from the idle stack (most recently used first, so that a few connections stay warm
+//! and the rest age out), and goes back when its response body has ended, which only the
+//! proxy's response body sees. With `http2`, one multiplexed connection is shared.
+//!
+//! A request whose connection turns out to be closed before the request was written (the
+//! upstream closed an idle keep-alive connection just then) is sent again on a new
+//! connection: it never reached the upstream, so this is safe for any method.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+
+use crate::metrics::ErrorKind;
+
+/// How to reach an upstream and how long to keep its connections.
+#[derive(Debug)]
+pub(crate) struct PoolConfig {
+    /// `host:port`, resolved on each new connection.
+    pub(crate) address: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_idle: usize,
+    pub(crate) http2: bool,
+}
+
+/// An upstream's connections.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    config: PoolConfig,
+    /// HTTP/1.1 connections ready for a request, the most recently used last.
+    idle: Mutex<VecDeque<Idle>>,
+    /// The shared HTTP/2 connection.
+    shared: Mutex<Option<http2::SendRequest<Incoming>>>,
+    /// Held while an HTTP/2 connection is being made, so that concurrent requests wait for
+    /// it instead of each making one.
+    connecting: tokio::sync::Mutex<()>,
+    clock: quanta::Clock,
+}
+
+#[derive(Debug)]
+struct Idle {
+    sender: http1::SendRequest<Incoming>,
+    since: quanta::Instant,
+}
+
+/// A connection lent to one exchange. HTTP/1.1 connections go back to the pool with
+/// [`Pool::put`] once the response has been read to its end; dropped, they close.
+#[derive(Debug)]
+pub(crate) enum Lent {
+    Http1(http1::SendRequest<Incoming>),
+    Http2,
+}
+
+/// Why an exchange failed.
+#[derive(Debug)]
+pub(crate) struct SendError {
+    pub(crate) kind: ErrorKind,
+}
+
+impl Pool {
+    pub(crate) fn new(config: PoolConfig) -> Pool {
+        Pool {
+            config,
+            idle: Mutex::new(VecDeque::new()),
+            shared: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            clock: quanta::Clock::new(),
+        }
+    }
+
+    /// Sends `request` on a pooled connection (a new one if none is idle) and waits for the
+    /// response's head. The connection comes back with the response, to return with
+    /// [`Pool::put`] when its body has ended.
+    pub(crate) async fn send(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<(Response<Incoming>, Lent), SendError> {
+        if self.config.http2 {
+            return self.send_http2(request).await;
+        }
+        let mut request = request;
+        // Idle connections first; a request refused unsent by a stale one goes on to the
+        // next, then to a new connection.
+        loop {
+            let (mut sender, reused) = match self.take_idle() {
+                Some(sender) => (sender, true),
+                None => (self.connect_http1().await?, false),
+            };
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok((response, Lent::Http1(sender))),
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) if reused => request = unsent,
+                    _ => {
+                        return Err(SendError {
+                            kind: kind_of(&error.into_error()),
+                        });
+                    }
+                },
+            }
+        }
+    }
+
+    /// Returns a connection whose exchange has ended.
+    pub(crate) fn put(&self, lent: Lent) {
+        let Lent::Http1(sender) = lent else { return };
+        if sender.is_closed() || self.config.max_idle == 0 {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() >= self.config.max_idle {
+            idle.pop_front();
+        }
+        idle.push_back(Idle {
+            sender,
+            since: self.clock.now(),
+        });
+    }
+
+    /// The most recently used idle connection that is still open, dropping those that were
+    /// closed or idle too long.
+    fn take_idle(&self) -> Option<http1::SendRequest<Incoming>> {
+        let now = self.clock.now();
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        // The oldest ages out first: most are taken from the other end.
+        while idle
+            .front()
+            .is_some_and(|c| now.saturating_duration_since(c.since) > self.config.idle_timeout)
+        {
+            idle.pop_front();
+        }
+        for _ in 0..idle.len() {
+            let Some(connection) = idle.pop_back() else {
+                break;
+            };
+            if connection.sender.is_ready() {
+                return Some(connection.sender);
+            }
+            // Open but not ready: its task is still finishing the last exchange (on another
+            // thread). It goes to the cold end rather than being closed.
+            if !connection.sender.is_closed() {
+                idle.push_front(connection);
+            }
+        }
+        None
+    }
+
+    async fn connect(&self) -> Result<TokioIo<TcpStream>, SendError> {
+        let connecting = TcpStream::connect(self.config.address.as_str());
+        let stream = match tokio::time::timeout(self.config.connect_timeout, connecting).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(_)) | Err(_) => {
+                return Err(SendError {
+                    kind: ErrorKind::Connect,
+                });
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        Ok(TokioIo::new(stream))
+    }
+
+    async fn connect_http1(&self) -> Result<http1::SendRequest<Incoming>, SendError> {
+        let io = self.connect().await?;
+        let (sender, connection) = http1::handshake(io)
+            .await
+            .map_err(|e| SendError { kind: kind_of(&e) })?;
+        // The connection's own task reads and writes the socket; it ends when the upstream
+        // closes it or every sender is gone.
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+
+    async fn send_http2(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<(Response<Incoming>, Lent), SendError> {
+        let (mut sender, reused) = match self.shared_http2() {
+            Some(sender) => (sender, true),
+            None => {
+                let _connecting = self.connecting.lock().await;
+                match self.shared_http2() {
+                    // Made while this request waited.
+                    Some(sender) => (sender, false),
+                    None => (self.connect_http2().await?, false),
+                }
+            }
+        };
+        let mut error = match sender.try_send_request(request).await {
+            Ok(response) => return Ok((response, Lent::Http2)),
+            Err(error) => error,
+        };
+        match error.take_message() {
+            // The shared connection was going away: once more on a new one.
+            Some(unsent) if reused => {
+                let mut fresh = self.connect_http2().await?;
+                match fresh.try_send_request(unsent).await {
+                    Ok(response) => Ok((response, Lent::Http2)),
+                    Err(error) => Err(SendError {
+                        kind: kind_of(&error.into_error()),
+                    }),
+                }
+            }
+            _ => Err(SendError {
+                kind: kind_of(&error.into_error()),
+            }),
+        }
+    }
+
+    fn shared_http2(&self) -> Option<http2::SendRequest<Incoming>> {
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|s| !s.is_closed())
+            .cloned()
+    }
+
+    async fn connect_http2(&self) -> Result<http2::SendRequest<Incoming>, SendError> {
+        let io = self.connect().await?;
+        let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(io)
+            .await
+            .map_err(|e| SendError { kind: kind_of(&e) })?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender.clone());
+        Ok(sender)
+    }
+}
+
+/// Which kind of upstream failure a hyper error is.
+pub(crate) fn kind_of(error: &hyper::Error) -> ErrorKind {
+    if error.is_timeout() {
+        return ErrorKind::Timeout;
+    }
+    if error.is_incomplete_message() || error.is_canceled() || error.is_closed() {
+        return ErrorKind::Reset;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as Io;
+            return match io.kind() {
+                Io::ConnectionReset
+                | Io::ConnectionAborted
+                | Io::BrokenPipe
+                | Io::UnexpectedEof => ErrorKind::Reset,
+                Io::TimedOut => ErrorKind::Timeout,
+                _ => ErrorKind::Protocol,
+            };
+        }
+        if let Some(h2) = cause.downcast_ref::<hyper::Error>()
+            && (h2.is_incomplete_message() || h2.is_closed())
+        {
+            return ErrorKind::Reset;
+        }
+        source = cause.source();
+    }
+    ErrorKind::Protocol
+}

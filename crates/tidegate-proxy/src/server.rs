@@ -1,0 +1,229 @@
+//! The listeners: binding them (where startup errors surface), accepting connections, and
+//! draining on shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use prometheus_client::registry::Registry;
+use tidegate_tower::SharedGate;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::task::JoinSet;
+
+use crate::admin;
+use crate::classify::{Classifier, DEFAULT_PARTITION};
+use crate::config::{Config, duration};
+use crate::error::Error;
+use crate::forward::{self, Forwarding};
+use crate::handler::{self, Shared};
+use crate::metrics::ProxyMetrics;
+use crate::pool::{Pool, PoolConfig};
+use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
+
+/// A proxy with its listeners bound, ready to [`run`](Proxy::run).
+#[derive(Debug)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    admin: TcpListener,
+    drain_timeout: Duration,
+    http2: bool,
+}
+
+/// How a [`Proxy::run`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Drained {
+    /// Connections still busy when the drain timeout passed, and cut.
+    pub cut: usize,
+}
+
+impl Proxy {
+    /// Checks `config`, builds the gates and binds both listeners. Needs a tokio runtime.
+    pub async fn bind(config: Config) -> Result<Proxy, Error> {
+        config.validate()?;
+        let classifier = Classifier::new(&config)?;
+        let mut registry = Registry::default();
+        let metrics = ProxyMetrics::register(&mut registry);
+        let gate_config = config.effective_gate();
+        let retry_after = duration(config.server.retry_after);
+        let mut upstreams = Vec::with_capacity(config.upstreams.len());
+        for upstream in &config.upstreams {
+            let target = Target::parse(&upstream.url)?;
+            let name = upstream
+                .name
+                .clone()
+                .unwrap_or_else(|| target.authority().to_owned());
+            if upstreams.iter().any(|u: &Upstream| u.name == name) {
+                return Err(Error::Invalid {
+                    key: "upstreams".to_owned(),
+                    reason: format!("two upstreams are named {name:?}: give them distinct names"),
+                });
+            }
+            let gates = classifier
+                .partitions()
+                .iter()
+                .map(|partition| {
+                    let gate = SharedGate::new(&gate_config, retry_after);
+                    let gate_name = if partition == DEFAULT_PARTITION {
+                        name.clone()
+                    } else {
+                        format!("{partition}/{name}")
+                    };
+                    tidegate_tower::metrics::register(&mut registry, &gate, &gate_name);
+                    GateSlot::new(gate, gate_name)
+                })
+                .collect();
+            let pool = Pool::new(PoolConfig {
+                address: target.address(),
+                connect_timeout: duration(config.client.connect_timeout),
+                idle_timeout: duration(config.client.pool_idle_timeout),
+                max_idle: config.client.pool_max_idle,
+                http2: config.client.http2,
+            });
+            upstreams.push(Upstream {
+                pool,
+                metrics: metrics.upstream(&name),
+                name,
+                url: upstream.url.clone(),
+                target,
+                gates,
+                health: Health::new(config.ejection.clone()),
+            });
+        }
+        let forwarding = Forwarding::new(
+            config
+                .priority
+                .forward
+                .then(|| classifier.header().cloned())
+                .flatten(),
+            config.client.http2,
+        );
+        let shared = Shared::new(
+            Upstreams::new(upstreams),
+            classifier,
+            forwarding,
+            metrics,
+            registry,
+            duration(config.client.timeout),
+            duration(config.client.read_timeout),
+            http::StatusCode::from_u16(config.server.shed_status).map_err(|e| Error::Invalid {
+                key: "server.shed_status".to_owned(),
+                reason: e.to_string(),
+            })?,
+            retry_after,
+        );
+        let listener = bind(config.listen, "listen")?;
+        let admin = bind(config.admin, "admin")?;
+        Ok(Proxy {
+            shared: Arc::new(shared),
+            listener,
+            admin,
+            drain_timeout: duration(config.server.drain_timeout),
+            http2: config.server.http2,
+        })
+    }
+
+    /// Where clients connect (with the port chosen, when the configuration asked for 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// Where the admin endpoints are served.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// Serves until `shutdown` completes, then drains: stops accepting, lets the requests in
+    /// flight finish (idle keep-alive connections close at once), and cuts what is left
+    /// after the drain timeout. `/readyz` answers 503 while draining.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Drained {
+        let Proxy {
+            shared,
+            listener,
+            admin,
+            drain_timeout,
+            http2,
+        } = self;
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder.http1().timer(TokioTimer::new());
+        if !http2 {
+            builder = builder.http1_only();
+        }
+        let builder = Arc::new(builder);
+        let graceful = GracefulShutdown::new();
+        let mut connections = JoinSet::new();
+        let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
+        let admin_task = tokio::spawn(admin::serve(admin, shared.clone(), admin_stopped));
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                Some(_) = connections.join_next() => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let _ = stream.set_nodelay(true);
+                        let shared = shared.clone();
+                        let builder = builder.clone();
+                        let watcher = graceful.watcher();
+                        let client = forward::client_value(peer.ip());
+                        connections.spawn(async move {
+                            let service = service_fn(move |request| {
+                                handler::handle(shared.clone(), client.clone(), request)
+                            });
+                            let connection =
+                                builder.serve_connection(TokioIo::new(stream), service);
+                            // A connection error is the client's business (it went away,
+                            // or spoke something else than HTTP): nothing to do here.
+                            let _ = watcher.watch(connection).await;
+                        });
+                    }
+                    // Out of file descriptors or a connection reset before it was accepted:
+                    // wait a moment rather than spin, and carry on.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                },
+            }
+        }
+        drop(listener);
+        shared.draining.store(true, Ordering::Release);
+        let drained = tokio::time::timeout(drain_timeout, graceful.shutdown())
+            .await
+            .is_ok();
+        let cut = if drained {
+            0
+        } else {
+            let cut = connections.len();
+            connections.abort_all();
+            cut
+        };
+        while connections.join_next().await.is_some() {}
+        let _ = admin_stop.send(true);
+        let _ = admin_task.await;
+        Drained { cut }
+    }
+}
+
+/// Binds a listener with a deep accept backlog (a burst of connections must wait in the
+/// kernel, not be refused).
+fn bind(addr: SocketAddr, role: &'static str) -> Result<TcpListener, Error> {
+    let fail = |source| Error::Bind { role, addr, source };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(fail)?;
+    socket.set_reuseaddr(true).map_err(fail)?;
+    socket.bind(addr).map_err(fail)?;
+    socket.listen(1024).map_err(fail)
+}

@@ -1,0 +1,462 @@
+//! The services behind the proxy: where each is, its gates, whether it is ejected, and which
+//! one a request goes to.
+//!
+//! Balancing follows RSocket's least-loaded balancer: each upstream has its own gate, and a
+//! request goes to the upstream with the most availability, `(limit - outstanding) / limit`,
+//! where `outstanding` counts the requests the proxy has sent or queued there. The limit is the
+//! gate's, capped by the upstream's lease, so an upstream that grants less gets less, and one
+//! whose limit adapts down under trouble is avoided before it fails. Ties go round-robin, so
+//! that idle upstreams share the load.
+//!
+//! Ejection is the circuit breaker for upstreams that do not answer at all (refused, reset,
+//! timed out), which the limit alone would keep trying at its minimum: after
+//! `consecutive_failures` in a row the upstream leaves the balancing for `base_time`, then a
+//! single request probes it; a good answer brings it back, a failure ejects it again for twice
+//! as long (up to `max_time`).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use http::HeaderValue;
+use http::uri::{Authority, PathAndQuery, Scheme, Uri};
+use tidegate_core::Nanos;
+use tidegate_tower::SharedGate;
+
+use crate::config::EjectionConfig;
+use crate::error::Error;
+use crate::metrics::UpstreamMetrics;
+
+/// Where an upstream is: scheme, authority and an optional path prefix.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    authority: Authority,
+    host: HeaderValue,
+    /// Put before every request's path; empty for none. No trailing '/'.
+    base_path: String,
+}
+
+impl Target {
+    pub(crate) fn parse(url: &str) -> Result<Target, Error> {
+        let bad = |reason: &str| Error::Url {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let uri: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(bad(
+                    "https is not supported: tidegate speaks plain HTTP/1.1 or h2c to upstreams",
+                ));
+            }
+            Some(other) => return Err(bad(&format!("unsupported scheme {other:?}"))),
+            None => return Err(bad("expected http://HOST:PORT")),
+        }
+        let authority = uri
+            .authority()
+            .cloned()
+            .ok_or_else(|| bad("expected http://HOST:PORT"))?;
+        if authority.host().is_empty() {
+            return Err(bad("the host is missing"));
+        }
+        if authority.as_str().contains('@') {
+            return Err(bad("credentials in the URL are not supported"));
+        }
+        if uri.query().is_some() {
+            return Err(bad("a query string is not allowed"));
+        }
+        let base_path = uri.path().trim_end_matches('/').to_owned();
+        let host = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| bad("the host is not a valid Host header"))?;
+        Ok(Target {
+            authority,
+            host,
+            base_path,
+        })
+    }
+
+    /// `host:port` as given, the default name.
+    pub(crate) fn authority(&self) -> &str {
+        self.authority.as_str()
+    }
+
+    /// `host:port` to connect to, the port defaulting to 80.
+    pub(crate) fn address(&self) -> String {
+        let port = self.authority.port_u16().unwrap_or(80);
+        format!("{}:{port}", self.authority.host())
+    }
+
+    /// The `Host` of a request that names none (HTTP/1.0).
+    pub(crate) fn host(&self) -> &HeaderValue {
+        &self.host
+    }
+
+    /// The request's URI for this upstream: the path and query kept, after the base path if
+    /// there is one; in origin form for HTTP/1.1, absolute (with this upstream's authority)
+    /// for HTTP/2, whose `:authority` and `:scheme` come from it.
+    pub(crate) fn uri(&self, original: Uri, absolute: bool) -> Result<Uri, http::Error> {
+        let mut parts = original.into_parts();
+        let path_and_query = match (parts.path_and_query.take(), self.base_path.is_empty()) {
+            (Some(pq), true) => pq,
+            (None, true) => PathAndQuery::from_static("/"),
+            (pq, false) => {
+                let rest = pq.as_ref().map_or("/", PathAndQuery::as_str);
+                PathAndQuery::try_from(format!("{}{rest}", self.base_path))?
+            }
+        };
+        if !absolute {
+            return Ok(Uri::from(path_and_query));
+        }
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path_and_query);
+        Ok(Uri::from_parts(parts)?)
+    }
+}
+
+/// One upstream's gate for one partition, and the requests sent or queued through it.
+#[derive(Debug)]
+pub(crate) struct GateSlot {
+    pub(crate) gate: SharedGate,
+    /// The gate's name in metrics and `/status`.
+    pub(crate) name: String,
+    pub(crate) outstanding: AtomicU32,
+}
+
+impl GateSlot {
+    pub(crate) fn new(gate: SharedGate, name: String) -> GateSlot {
+        GateSlot {
+            gate,
+            name,
+            outstanding: AtomicU32::new(0),
+        }
+    }
+
+    /// `(limit - outstanding) / limit`: 1 when idle, 0 or less when full or leased nothing.
+    fn availability(&self) -> f64 {
+        let limit = self.gate.limit();
+        let outstanding = self.outstanding.load(Ordering::Relaxed);
+        if limit == 0 {
+            return f64::NEG_INFINITY;
+        }
+        (f64::from(limit) - f64::from(outstanding)) / f64::from(limit)
+    }
+}
+
+/// A service behind the proxy.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    pub(crate) name: String,
+    pub(crate) url: String,
+    pub(crate) target: Target,
+    pub(crate) pool: crate::pool::Pool,
+    /// One per partition, the default partition first.
+    pub(crate) gates: Vec<GateSlot>,
+    pub(crate) health: Health,
+    pub(crate) metrics: UpstreamMetrics,
+}
+
+/// Whether an upstream may be sent requests.
+#[derive(Debug)]
+pub(crate) struct Health {
+    /// 0 while healthy, [`PROBING`] while a probe is out, otherwise when the ejection ends
+    /// (nanoseconds on the proxy's clock).
+    ejected_until: AtomicU64,
+    /// Failures since the last good answer.
+    failures: AtomicU32,
+    /// Ejections since the upstream was last healthy: each doubles the next.
+    ejections: AtomicU32,
+    config: EjectionConfig,
+}
+
+const HEALTHY: u64 = 0;
+const PROBING: u64 = u64::MAX;
+
+/// What an upstream's health allows for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    Healthy,
+    /// Ejected and due for a probe: this request is the probe.
+    Probe,
+    /// Ejected until this time, or while another request probes it ([`u64::MAX`]).
+    Ejected(u64),
+}
+
+impl Health {
+    pub(crate) fn new(config: EjectionConfig) -> Health {
+        Health {
+            ejected_until: AtomicU64::new(HEALTHY),
+            failures: AtomicU32::new(0),
+            ejections: AtomicU32::new(0),
+            config,
+        }
+    }
+
+    pub(crate) fn admit(&self, now: u64) -> Admission {
+        let until = self.ejected_until.load(Ordering::Acquire);
+        if until == HEALTHY {
+            return Admission::Healthy;
+        }
+        if until != PROBING
+            && now >= until
+            && self
+                .ejected_until
+                .compare_exchange(until, PROBING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return Admission::Probe;
+        }
+        Admission::Ejected(until)
+    }
+
+    pub(crate) fn is_ejected(&self) -> bool {
+        self.ejected_until.load(Ordering::Acquire) != HEALTHY
+    }
+
+    /// The upstream answered.
+    pub(crate) fn success(&self, probe: bool, metrics: &UpstreamMetrics) {
+        if probe {
+            self.ejections.store(0, Ordering::Relaxed);
+            self.ejected_until.store(HEALTHY, Ordering::Release);
+            metrics.ejected.set(0);
+        }
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The upstream refused, reset or did not answer in time.
+    pub(crate) fn failure(&self, probe: bool, now: u64, metrics: &UpstreamMetrics) {
+        if probe {
+            self.eject(now, metrics);
+            return;
+        }
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let threshold = self.config.consecutive_failures;
+        if threshold > 0
+            && failures >= threshold
+            && self
+                .ejected_until
+                .compare_exchange(HEALTHY, PROBING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.eject(now, metrics);
+        }
+    }
+
+    /// A probe ended without telling anything (the client went away): the next request
+    /// probes instead.
+    pub(crate) fn probe_abandoned(&self, now: u64) {
+        let _ = self.ejected_until.compare_exchange(
+            PROBING,
+            now.max(1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    fn eject(&self, now: u64, metrics: &UpstreamMetrics) {
+        let ejections = self.ejections.fetch_add(1, Ordering::Relaxed);
+        let base = self.config.base_time.as_nanos();
+        let time = base
+            .saturating_mul(1u64 << ejections.min(32))
+            .min(self.config.max_time.as_nanos())
+            .max(1);
+        self.failures.store(0, Ordering::Relaxed);
+        self.ejected_until
+            .store(now.saturating_add(time).min(PROBING - 1), Ordering::Release);
+        metrics.ejections.inc();
+        metrics.ejected.set(1);
+    }
+
+    /// Time left in the ejection, for `/status` and `Retry-After`.
+    pub(crate) fn ejected_for(&self, now: u64) -> Option<Nanos> {
+        match self.ejected_until.load(Ordering::Acquire) {
+            HEALTHY => None,
+            PROBING => Some(Nanos::ZERO),
+            until => Some(Nanos::from_nanos(until.saturating_sub(now))),
+        }
+    }
+
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures.load(Ordering::Relaxed)
+    }
+}
+
+/// Which upstream a request goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pick {
+    pub(crate) upstream: usize,
+    pub(crate) probe: bool,
+}
+
+/// The upstreams and the balancer over them.
+#[derive(Debug)]
+pub(crate) struct Upstreams {
+    pub(crate) list: Vec<Upstream>,
+    next: AtomicUsize,
+}
+
+impl Upstreams {
+    pub(crate) fn new(list: Vec<Upstream>) -> Upstreams {
+        Upstreams {
+            list,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The upstream with the most availability in `partition` among those not ejected, or
+    /// the first one due for a probe; `Err(until)` when all are ejected, with the earliest
+    /// time one may be probed.
+    pub(crate) fn pick(&self, partition: usize, now: u64) -> Result<Pick, u64> {
+        if let [only] = self.list.as_slice() {
+            return match only.health.admit(now) {
+                Admission::Healthy => Ok(Pick {
+                    upstream: 0,
+                    probe: false,
+                }),
+                Admission::Probe => Ok(Pick {
+                    upstream: 0,
+                    probe: true,
+                }),
+                Admission::Ejected(until) => Err(until),
+            };
+        }
+        let n = self.list.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let mut best: Option<(usize, f64)> = None;
+        let mut earliest = u64::MAX;
+        for offset in 0..n {
+            let index = (start + offset) % n;
+            let upstream = &self.list[index];
+            match upstream.health.admit(now) {
+                Admission::Probe => {
+                    return Ok(Pick {
+                        upstream: index,
+                        probe: true,
+                    });
+                }
+                Admission::Ejected(until) => earliest = earliest.min(until),
+                Admission::Healthy => {
+                    let availability = upstream.gates[partition].availability();
+                    if best.is_none_or(|(_, most)| availability > most) {
+                        best = Some((index, availability));
+                    }
+                }
+            }
+        }
+        match best {
+            Some((upstream, _)) => Ok(Pick {
+                upstream,
+                probe: false,
+            }),
+            None => Err(earliest),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_keep_the_path_and_query() {
+        let target = Target::parse("http://127.0.0.1:3000").unwrap();
+        assert_eq!(target.authority(), "127.0.0.1:3000");
+        assert_eq!(target.host(), "127.0.0.1:3000");
+        assert_eq!(target.address(), "127.0.0.1:3000");
+        let uri = target.uri("/a/b?c=d".parse().unwrap(), true).unwrap();
+        assert_eq!(uri, "http://127.0.0.1:3000/a/b?c=d");
+        let origin_form = target.uri("/a/b?c=d".parse().unwrap(), false).unwrap();
+        assert_eq!(origin_form, "/a/b?c=d");
+        let prefixed = Target::parse("http://backend/base/").unwrap();
+        assert_eq!(prefixed.address(), "backend:80");
+        let uri = prefixed.uri("/x?y".parse().unwrap(), true).unwrap();
+        assert_eq!(uri, "http://backend/base/x?y");
+        let origin_form = prefixed.uri("/x?y".parse().unwrap(), false).unwrap();
+        assert_eq!(origin_form, "/base/x?y");
+        let from_h2 = "http://client.example/p".parse().unwrap();
+        assert_eq!(
+            target.uri(from_h2, true).unwrap(),
+            "http://127.0.0.1:3000/p"
+        );
+        let from_h2 = "http://client.example/p".parse().unwrap();
+        assert_eq!(target.uri(from_h2, false).unwrap(), "/p");
+    }
+
+    #[test]
+    fn bad_urls_are_named_with_the_reason() {
+        for (url, reason) in [
+            ("https://a:1", "https is not supported"),
+            ("ftp://a:1", "unsupported scheme"),
+            ("127.0.0.1:3000", "expected http://HOST:PORT"),
+            ("http://a:1/?q", "query"),
+            ("http://u:p@a:1", "credentials"),
+            ("http://a b", "invalid"),
+        ] {
+            let err = Target::parse(url).unwrap_err().to_string();
+            assert!(err.contains(url) && err.contains(reason), "{url}: {err}");
+        }
+    }
+
+    fn health(consecutive_failures: u32) -> (Health, UpstreamMetrics) {
+        let config = EjectionConfig {
+            consecutive_failures,
+            base_time: Nanos::from_millis(100),
+            max_time: Nanos::from_millis(250),
+        };
+        (Health::new(config), UpstreamMetrics::detached())
+    }
+
+    #[test]
+    fn failures_in_a_row_eject_and_a_probe_brings_back() {
+        let (health, metrics) = health(3);
+        let ms = 1_000_000;
+        health.failure(false, 0, &metrics);
+        health.failure(false, 0, &metrics);
+        health.success(false, &metrics);
+        health.failure(false, 0, &metrics);
+        health.failure(false, 0, &metrics);
+        assert_eq!(
+            health.admit(0),
+            Admission::Healthy,
+            "a success resets the count"
+        );
+        health.failure(false, ms, &metrics);
+        assert_eq!(health.admit(50 * ms), Admission::Ejected(101 * ms));
+        assert_eq!(metrics.ejections.get(), 1);
+        assert_eq!(metrics.ejected.get(), 1);
+        // Due: one request probes, the others wait for its answer.
+        assert_eq!(health.admit(101 * ms), Admission::Probe);
+        assert_eq!(health.admit(101 * ms), Admission::Ejected(u64::MAX));
+        // A failed probe doubles the ejection; the next doubling is capped at max_time.
+        health.failure(true, 101 * ms, &metrics);
+        assert_eq!(health.admit(102 * ms), Admission::Ejected(301 * ms));
+        assert_eq!(health.admit(301 * ms), Admission::Probe);
+        health.failure(true, 301 * ms, &metrics);
+        assert_eq!(health.admit(302 * ms), Admission::Ejected(551 * ms));
+        // An abandoned probe lets the next request probe.
+        assert_eq!(health.admit(551 * ms), Admission::Probe);
+        health.probe_abandoned(552 * ms);
+        assert_eq!(health.admit(552 * ms), Admission::Probe);
+        health.success(true, &metrics);
+        assert_eq!(health.admit(553 * ms), Admission::Healthy);
+        assert_eq!(metrics.ejected.get(), 0);
+        assert_eq!(metrics.ejections.get(), 3);
+        // After coming back, the ejection time starts over from base_time.
+        for _ in 0..3 {
+            health.failure(false, 600 * ms, &metrics);
+        }
+        assert_eq!(health.admit(600 * ms), Admission::Ejected(700 * ms));
+    }
+
+    #[test]
+    fn zero_failures_never_ejects() {
+        let (health, metrics) = health(0);
+        for _ in 0..100 {
+            health.failure(false, 0, &metrics);
+        }
+        assert_eq!(health.admit(0), Admission::Healthy);
+    }
+}

@@ -1,0 +1,130 @@
+//! `tidegate proxy`: the reverse proxy in front of any HTTP service.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+use tidegate_proxy::{Config, DEFAULT_CONFIG, Proxy, UpstreamConfig};
+
+/// Run tidegate as a reverse proxy in front of HTTP services
+///
+/// Starts with no configuration at all: `tidegate proxy --upstream http://127.0.0.1:3000`
+/// learns the service's capacity, queues a little and sheds the rest with 503 and
+/// Retry-After, least important first (the `tidegate-priority` request header: TIER or
+/// TIER/COHORT). A TOML file (--config) sets the rest; --print-default-config prints every key
+/// with its default. The flags override the file.
+///
+/// Admin endpoints on --admin: /metrics (Prometheus), /status (JSON), /healthz, /readyz.
+/// SIGTERM or SIGINT: stop accepting, let requests in flight finish (server.drain_timeout),
+/// exit 0.
+#[derive(Debug, Args)]
+pub(crate) struct ProxyArgs {
+    /// An upstream service, http://HOST:PORT[/PATH] (repeat for several: each gets its own
+    /// gate, and a request goes to the one with the most room). Replaces the file's upstreams.
+    #[arg(long, value_name = "URL")]
+    upstream: Vec<String>,
+    /// Where clients connect, HTTP/1.1 and h2c [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Where /metrics, /status, /healthz and /readyz are served [default: 127.0.0.1:9090]
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<SocketAddr>,
+    /// A TOML configuration file (see --print-default-config).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Worker threads: 1 runs everything on one thread (a current-thread runtime), 0 one per
+    /// core [default: the file's `threads`, else 0]
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Print the default configuration, every key with its default and a comment, and exit.
+    #[arg(long)]
+    print_default_config: bool,
+    /// Check the configuration, print it as the proxy would run it, and exit (binds nothing).
+    #[arg(long)]
+    check: bool,
+}
+
+pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
+    if args.print_default_config {
+        print!("{DEFAULT_CONFIG}");
+        return Ok(());
+    }
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    if !args.upstream.is_empty() {
+        config.upstreams = args.upstream.iter().map(UpstreamConfig::new).collect();
+    }
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(admin) = args.admin {
+        config.admin = admin;
+    }
+    if let Some(threads) = args.threads {
+        config.threads = threads;
+    }
+    config.validate()?;
+    if args.check {
+        print!("{}", config.to_toml()?);
+        return Ok(());
+    }
+    let runtime = match config.threads {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        threads => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if threads > 1 {
+                builder.worker_threads(threads);
+            }
+            builder.enable_all().build()
+        }
+    }
+    .context("starting the runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let upstreams: Vec<String> = config.upstreams.iter().map(|u| u.url.clone()).collect();
+    let proxy = Proxy::bind(config).await?;
+    // The handlers are in place before the startup line: a signal sent as soon as it is read
+    // drains rather than kills.
+    let shutdown = shutdown_signal().context("installing the signal handlers")?;
+    eprintln!(
+        "tidegate proxy: listening on {}, admin on {}, upstreams {}",
+        proxy.local_addr(),
+        proxy.admin_addr(),
+        upstreams.join(", ")
+    );
+    let drained = proxy.run(shutdown).await;
+    match drained.cut {
+        0 => eprintln!("tidegate proxy: drained, stopped"),
+        n => eprintln!("tidegate proxy: drain timeout passed, cut {n} connections, stopped"),
+    }
+    Ok(())
+}
+
+/// A future that completes on SIGTERM or SIGINT (Ctrl-C), with the handlers installed now.
+#[cfg(unix)]
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
+}
+
+/// A future that completes on Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+}

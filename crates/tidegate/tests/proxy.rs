@@ -1,0 +1,220 @@
+//! `tidegate proxy` from the command line: the default configuration round-trips, startup
+//! errors name their culprit, and a signal drains and exits 0.
+
+#![allow(
+    clippy::expect_used,
+    reason = "test helpers: a failure is the test's failure"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn tidegate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+/// A file in the temporary directory, unique to this test process and `name`.
+fn temp_file(name: &str, contents: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("tidegate-proxy-{}-{name}", std::process::id()));
+    std::fs::write(&path, contents).expect("the temporary file is written");
+    path
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn help_documents_the_proxy_and_its_threads() {
+    let out = tidegate(&["proxy", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--upstream",
+        "--listen",
+        "--admin",
+        "--config",
+        "--threads",
+        "--print-default-config",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+    assert!(help.contains("current-thread"), "{help}");
+}
+
+#[test]
+fn the_default_configuration_round_trips_through_config() {
+    let out = tidegate(&["proxy", "--print-default-config"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(printed.contains("[gate.limit.autotune]") && printed.contains("# "));
+    let path = temp_file("default.toml", &printed);
+    let from_file = tidegate(&[
+        "proxy",
+        "--config",
+        path.to_str().expect("UTF-8 path"),
+        "--upstream",
+        "http://127.0.0.1:3000",
+        "--check",
+    ]);
+    let without_file = tidegate(&["proxy", "--upstream", "http://127.0.0.1:3000", "--check"]);
+    let _ = std::fs::remove_file(&path);
+    assert!(from_file.status.success(), "{}", stderr(&from_file));
+    assert!(without_file.status.success(), "{}", stderr(&without_file));
+    assert_eq!(
+        String::from_utf8_lossy(&from_file.stdout),
+        String::from_utf8_lossy(&without_file.stdout),
+        "the printed defaults are the defaults"
+    );
+    let checked = String::from_utf8_lossy(&from_file.stdout);
+    assert!(
+        checked.contains("url = \"http://127.0.0.1:3000\""),
+        "{checked}"
+    );
+}
+
+#[test]
+fn flags_override_the_file() {
+    let path = temp_file(
+        "override.toml",
+        "listen = \"127.0.0.1:1111\"\nthreads = 4\n[[upstreams]]\nurl = \"http://127.0.0.1:1\"\n",
+    );
+    let out = tidegate(&[
+        "proxy",
+        "--config",
+        path.to_str().expect("UTF-8 path"),
+        "--listen",
+        "127.0.0.1:2222",
+        "--threads",
+        "1",
+        "--check",
+    ]);
+    let _ = std::fs::remove_file(&path);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let checked = String::from_utf8_lossy(&out.stdout);
+    assert!(checked.contains("listen = \"127.0.0.1:2222\""), "{checked}");
+    assert!(checked.contains("threads = 1"), "{checked}");
+    assert!(checked.contains("http://127.0.0.1:1"), "{checked}");
+}
+
+#[test]
+fn a_mistyped_key_is_named_with_its_file_and_line() {
+    let path = temp_file(
+        "typo.toml",
+        "[client]\ntimeout = \"2s\"\nconect_timeout = \"1s\"\n",
+    );
+    let out = tidegate(&[
+        "proxy",
+        "--config",
+        path.to_str().expect("UTF-8 path"),
+        "--upstream",
+        "http://127.0.0.1:3000",
+    ]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains(path.to_str().expect("UTF-8 path")), "{err}");
+    assert!(
+        err.contains("line 3") && err.contains("conect_timeout"),
+        "{err}"
+    );
+    assert!(
+        err.contains("connect_timeout"),
+        "the valid keys are listed: {err}"
+    );
+}
+
+#[test]
+fn bad_urls_and_missing_upstreams_are_clear_errors() {
+    let out = tidegate(&["proxy", "--upstream", "localhost:3000"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("\"localhost:3000\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = tidegate(&["proxy", "--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--upstream"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_port_in_use_is_named() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let addr = taken.local_addr().expect("bound").to_string();
+    let out = tidegate(&[
+        "proxy",
+        "--upstream",
+        "http://127.0.0.1:3000",
+        "--listen",
+        &addr,
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("cannot listen on {addr} (listen)")),
+        "{err}"
+    );
+    assert!(err.to_lowercase().contains("in use"), "{err}");
+}
+
+#[test]
+fn sigterm_and_sigint_drain_and_exit_zero() {
+    for signal in ["TERM", "INT"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+            .args([
+                "proxy",
+                "--upstream",
+                "http://127.0.0.1:3000",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--threads",
+                "1",
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        let (lines_tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let started = lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a startup line");
+        assert!(started.contains("listening on 127.0.0.1:"), "{started}");
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(killed.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("waitable") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "SIG{signal} did not stop the proxy"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(0), "SIG{signal}");
+        let last = lines
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a last line");
+        assert!(last.contains("drained"), "{last}");
+    }
+}
