@@ -19,8 +19,8 @@
 //! **What stands in front of the origin**, per arm kind: nothing for `off`; for
 //! `static_lease`, the origin's own per-instance leases with its front listener choosing the
 //! instance of most lease availability (an RSocket responder and its least-loaded balancer);
-//! for a gate arm, a tidegate proxy with the arm's gate, one upstream per instance
-//! ([`gate_front`]).
+//! for a gate arm, a tidegate proxy ([`tidegate_proxy`], in this process) with the arm's
+//! gate, one upstream per instance ([`gate_front`]).
 //!
 //! **Counting.** Requests are counted by their intended send time on both sides, so the
 //! steady state is the same set of requests. The real side cannot tell a request that
@@ -34,9 +34,9 @@ use std::path::Path;
 use http::Uri;
 use serde::Serialize;
 use tidegate_core::Nanos;
-use tidegate_core::config::GateConfig;
 use tidegate_model::NonNegative;
 use tidegate_model::client::Arrivals as ModelArrivals;
+use tidegate_proxy::{Config as ProxyConfig, Proxy, UpstreamConfig};
 use tidegate_sim::scenario::engine::run_arm;
 use tidegate_sim::scenario::report::{ArmRun, Figures};
 use tidegate_sim::scenario::{ArmConfig, ArmKind, Scenario, ScenarioError};
@@ -285,22 +285,52 @@ pub struct RunningFront {
     pub stop: Option<oneshot::Sender<()>>,
 }
 
-/// The seam for gate arms: a tidegate proxy with `gate` and one upstream per instance of
-/// the origin, started in this process, returning where the load should go.
-///
-/// The reverse proxy (`tidegate-proxy`) is not in this branch yet, so gate arms are refused
-/// by name here; once it is, this function binds a `tidegate_proxy::Proxy` with `gate` and
-/// `upstreams` and nothing else in the experiment changes.
+/// A tidegate proxy started in this process for a gate arm: the arm's gate on one upstream
+/// per instance of the origin (`upstreams`), reading the load's priority and caller-key
+/// headers. Its upstream timeout is far beyond anything the clients wait for, as the
+/// simulator has none: the limits keep their own configured timeouts.
 pub async fn gate_front(
-    arm: &str,
-    _gate: GateConfig,
-    _upstreams: &[SocketAddr],
+    scenario: &Scenario,
+    arm: &ArmConfig,
+    upstreams: &[SocketAddr],
 ) -> Result<RunningFront, ExperimentError> {
-    Err(ExperimentError::Front {
-        arm: arm.to_owned(),
-        reason: "a gate arm needs the tidegate proxy, which this build does not have yet; \
-                 run the off and static_lease arms with --arms"
-            .to_owned(),
+    let front_error = |reason: String| ExperimentError::Front {
+        arm: arm.name.clone(),
+        reason,
+    };
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut config = ProxyConfig {
+        listen: loopback,
+        admin: loopback,
+        upstreams: upstreams
+            .iter()
+            .map(|addr| UpstreamConfig::new(format!("http://{addr}")))
+            .collect(),
+        gate: arm.gate_config(),
+        ..ProxyConfig::default()
+    };
+    config.client.timeout = scenario
+        .load
+        .timeout
+        .saturating_mul(2)
+        .max(Nanos::from_secs(120));
+    config.priority.header = load::PRIORITY_HEADER.to_owned();
+    if scenario.load.keys > 0 {
+        config.priority.caller_key_header = load::DEFAULT_KEY_HEADER.to_owned();
+        config.priority.cohorts = scenario.load.cohorts;
+    }
+    config.server.drain_timeout = Nanos::from_secs(1);
+    let proxy = Proxy::bind(config)
+        .await
+        .map_err(|e| front_error(format!("the proxy: {e}")))?;
+    let addr = proxy.local_addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(proxy.run(async {
+        let _ = stopped.await;
+    }));
+    Ok(RunningFront {
+        addr,
+        stop: Some(stop),
     })
 }
 
@@ -325,7 +355,7 @@ async fn run_real(
             addr: origin.addr(),
             stop: None,
         },
-        ArmKind::Gate => gate_front(&arm.name, arm.gate_config(), &origin.instance_addrs()).await?,
+        ArmKind::Gate => gate_front(scenario, arm, &origin.instance_addrs()).await?,
     };
     let (stop_origin, origin_stopped) = oneshot::channel::<()>();
     let serving = tokio::spawn(origin.run(async {

@@ -61,6 +61,8 @@ pub(crate) fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
         loads: args.loads.clone(),
     };
     let scenario = experiment::prepare(&args.file, &selection)?;
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
     let report = run(&scenario)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -69,7 +71,7 @@ pub(crate) fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     }
     let written = write_out(
         &report,
-        &args.file,
+        &header_comment(&text),
         &args.out,
         &crate::sim_run::command_line(),
     )?;
@@ -107,10 +109,11 @@ pub(crate) fn run(scenario: &Scenario) -> anyhow::Result<ExperimentReport> {
     Ok(report?)
 }
 
-/// Writes the CSV, the charts and the page; returns a line naming them.
+/// Writes the CSV, the charts and the page (`about`: the scenario file's head comment);
+/// returns a line naming them.
 pub(crate) fn write_out(
     report: &ExperimentReport,
-    file: &Path,
+    about: &str,
     dir: &Path,
     command: &str,
 ) -> anyhow::Result<String> {
@@ -120,10 +123,8 @@ pub(crate) fn write_out(
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
     };
     write(&format!("{}-lab.csv", report.scenario), &report.csv())?;
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let page = format!("{}-lab.md", report.scenario);
-    write(&page, &report.page(&header_comment(&text), command))?;
+    write(&page, &report.page(about, command))?;
     let charts = report.charts();
     for named in &charts {
         write(&named.file_name, &named.chart.to_svg())?;

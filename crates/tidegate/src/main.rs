@@ -1,5 +1,6 @@
 //! The `tidegate` command line.
 
+mod demo;
 mod experiment;
 mod load;
 mod origin;
@@ -34,6 +35,7 @@ enum Command {
     Load(load::LoadArgs),
     Origin(origin::OriginArgs),
     Experiment(experiment::ExperimentArgs),
+    Demo(demo::DemoArgs),
     Proxy(proxy::ProxyArgs),
 }
 
@@ -161,6 +163,7 @@ fn main() -> ExitCode {
         Some(Command::Load(args)) => load::load(args),
         Some(Command::Origin(args)) => origin::origin(args),
         Some(Command::Experiment(args)) => experiment::experiment(args),
+        Some(Command::Demo(args)) => demo::demo(args),
         Some(Command::Proxy(args)) => proxy::run(args),
     };
     match result {

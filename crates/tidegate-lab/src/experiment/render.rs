@@ -215,6 +215,51 @@ impl ExperimentReport {
         out
     }
 
+    /// The steady state of two arms, one line each, every real figure with the simulator's
+    /// in brackets: what a protection changed for the clients.
+    pub fn before_after(&self, without: &str, with: &str) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "steady state (requests sent from {}s to {}s); the simulator's prediction in brackets",
+            self.warmup_s, self.duration_s
+        );
+        let _ = writeln!(
+            out,
+            "{:<30} {:>17} {:>17} {:>17} {:>15} {:>15}",
+            "", "goodput (ok/s)", "p50 (ms)", "p99 (ms)", "turned away", "timed out"
+        );
+        let pair = |real: String, sim: String| format!("{real} ({sim})");
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+        let pct = |r: f64| format!("{:.0}%", r * 100.0);
+        for (label, arm) in [("without", without), ("with", with)] {
+            let Some(run) = self.runs.iter().find(|r| r.arm == arm) else {
+                continue;
+            };
+            let (real, sim) = (&run.real.steady, &run.sim.steady.figures);
+            let away = |f: &Figures, sim: bool| {
+                f.shed_ratio
+                    + f.refused_ratio
+                    + f.unsent_ratio
+                    + if sim { f.expired_ratio } else { 0.0 }
+            };
+            let _ = writeln!(
+                out,
+                "{:<30} {:>17} {:>17} {:>17} {:>15} {:>15}",
+                format!("{label} tidegate ({arm})"),
+                pair(
+                    format!("{:.1}", real.goodput_rps),
+                    format!("{:.1}", sim.goodput_rps)
+                ),
+                pair(ms(real.p50_ms), ms(sim.p50_ms)),
+                pair(ms(real.p99_ms), ms(sim.p99_ms)),
+                pair(pct(away(real, false)), pct(away(sim, true))),
+                pair(pct(real.timeout_ratio), pct(sim.timeout_ratio)),
+            );
+        }
+        out
+    }
+
     /// Goodput and p99 over time at the highest load point, a real and a simulated line per
     /// arm; for a sweep, also steady goodput and p99 by load.
     pub fn charts(&self) -> Vec<NamedChart> {
