@@ -494,3 +494,155 @@ fn real_run(report: load::Report) -> RealRun {
         report,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(load: &str) -> Scenario {
+        let text = format!(
+            "seed = 3\nduration = \"60s\"\nwarmup = \"30s\"\n[service.pool]\nworkers = 2\n\
+             [load]\ntimeout = \"1s\"\n{load}\n[[arms]]\nname = \"off\"\nkind = \"off\"\n\
+             [[arms]]\nname = \"tidegate default\"\n"
+        );
+        Scenario::parse(&text, "test").unwrap()
+    }
+
+    fn secs(s: f64) -> Nanos {
+        Nanos::from_secs_f64(s)
+    }
+
+    #[test]
+    fn phases_are_cut_at_the_end_and_the_last_rate_holds_to_it() {
+        let s = scenario(
+            "[[load.phases]]\nduration = \"20s\"\nrate = 100\nto = 200\n\
+             [[load.phases]]\nduration = \"10s\"\nrate = 250\n",
+        );
+        let rates = schedule(&s, None).unwrap();
+        assert_eq!(rates.duration(), secs(60.0));
+        assert_eq!(rates.rate_at(secs(10.0)), 150.0);
+        assert_eq!(rates.rate_at(secs(25.0)), 250.0);
+        assert_eq!(rates.rate_at(secs(59.0)), 250.0, "the last phase holds");
+
+        // Shortened to 10 s: the ramp is cut where it stood, at 150.
+        let short = select(
+            scenario(
+                "[[load.phases]]\nduration = \"20s\"\nrate = 100\nto = 200\n\
+                 [[load.phases]]\nduration = \"80s\"\nrate = 250\n",
+            ),
+            &Selection::default(),
+        )
+        .unwrap();
+        let mut cut = short.clone();
+        cut.duration = secs(10.0);
+        let rates = schedule(&cut, None).unwrap();
+        assert_eq!(rates.duration(), secs(10.0));
+        assert_eq!(rates.phases().len(), 1);
+        assert!((rates.phases()[0].to - 150.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_load_section_maps_onto_the_generator() {
+        let s = scenario(
+            "rates = [100, 300]\narrivals = \"constant\"\nconnections = 50\nkeys = 10\n\
+             tiers = [{ tier = 1, weight = 1 }, { tier = 5, weight = 3 }]\n",
+        );
+        let target = SocketAddr::from(([127, 0, 0, 1], 9));
+        let config = load_config(&s, Some(300.0), target).unwrap();
+        assert_eq!(config.url.to_string(), "http://127.0.0.1:9/");
+        assert_eq!(config.schedule.rate_at(secs(1.0)), 300.0);
+        assert_eq!(config.schedule.duration(), secs(60.0));
+        assert_eq!(config.arrivals, Arrivals::Constant);
+        assert_eq!(config.timeout, secs(1.0));
+        assert_eq!(config.max_inflight, 50);
+        assert_eq!(config.caller_keys, 10);
+        assert_eq!(config.tiers.tiers(), vec![1, 5]);
+        assert_eq!(config.steady_from, Some(secs(30.0)));
+        assert_eq!(config.seed, 3);
+    }
+
+    #[test]
+    fn a_selection_scales_filters_and_names_what_it_cannot_find() {
+        let s = scenario("rates = [100, 300]\n");
+        let scaled = select(
+            s.clone(),
+            &Selection {
+                time_scale: Some(4.0),
+                arms: vec!["off".to_owned()],
+                loads: vec![300.0],
+                ..Selection::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((scaled.duration, scaled.warmup), (secs(15.0), secs(7.5)));
+        assert_eq!(scaled.arms.len(), 1);
+        assert_eq!(scaled.load.points(), vec![Some(300.0)]);
+
+        let err = |selection: Selection| select(s.clone(), &selection).unwrap_err().to_string();
+        let e = err(Selection {
+            arms: vec!["of".to_owned()],
+            ..Selection::default()
+        });
+        assert!(
+            e.contains("\"of\"") && e.contains("off, tidegate default"),
+            "{e}"
+        );
+        let e = err(Selection {
+            loads: vec![200.0],
+            ..Selection::default()
+        });
+        assert!(
+            e.contains("load 200") && e.contains("[100.0, 300.0]"),
+            "{e}"
+        );
+        let e = err(Selection {
+            time_scale: Some(0.5),
+            ..Selection::default()
+        });
+        assert!(e.contains("--time-scale 0.5"), "{e}");
+        let closed = select(
+            scenario("arrivals = \"closed\"\nworkers = 3\n"),
+            &Selection::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(closed.contains("closed-loop"), "{closed}");
+    }
+
+    fn figures(goodput: f64, p50: Option<f64>) -> Figures {
+        Figures {
+            offered_rps: 100.0,
+            goodput_rps: goodput,
+            shed_ratio: 0.0,
+            expired_ratio: 0.0,
+            refused_ratio: 0.0,
+            timeout_ratio: 0.0,
+            unsent_ratio: 0.0,
+            p50_ms: p50,
+            p90_ms: p50,
+            p99_ms: p50,
+            max_ms: p50,
+        }
+    }
+
+    #[test]
+    fn agreement_is_goodput_within_10_and_p50_within_20_percent() {
+        let sim = figures(100.0, Some(50.0));
+        let agrees = |real: Figures| Agreement::of(&real, &sim).agrees;
+        assert!(agrees(figures(109.0, Some(59.0))));
+        assert!(!agrees(figures(89.0, Some(50.0))));
+        assert!(!agrees(figures(100.0, Some(61.0))));
+        assert!(
+            !agrees(figures(100.0, None)),
+            "ok responses on one side only"
+        );
+        let nothing = figures(0.0, None);
+        assert!(
+            Agreement::of(&nothing, &nothing).agrees,
+            "both served nothing"
+        );
+        let a = Agreement::of(&figures(95.0, Some(55.0)), &sim);
+        assert!((a.goodput_error.unwrap() + 0.05).abs() < 1e-9);
+        assert!((a.p50_error.unwrap() - 0.1).abs() < 1e-9);
+    }
+}

@@ -52,7 +52,7 @@ pub(crate) fn demo(args: DemoArgs) -> anyhow::Result<()> {
         scenario.duration.as_secs_f64()
     );
     let report = crate::experiment::run(&scenario)?;
-    print!("\n{}", report.before_after(WITHOUT, WITH));
+    print!("{}", report.before_after(WITHOUT, WITH));
     let written = crate::experiment::write_out(
         &report,
         &header_comment(SCENARIO),
