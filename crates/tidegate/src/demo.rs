@@ -28,8 +28,9 @@ const WITH: &str = "tidegate default";
 /// charts and a page into --out.
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
-    /// How long the whole demo takes (half for each run).
-    #[arg(long, default_value = "60s", value_parser = crate::parse_duration)]
+    /// How long the two runs take together (half each); add a few seconds for the
+    /// unprotected run's last requests to come back. The default ends within a minute.
+    #[arg(long, default_value = "50s", value_parser = crate::parse_duration)]
     duration: Nanos,
     /// Where to write the charts, the CSV and the page.
     #[arg(long, value_name = "DIR", default_value = "tidegate-demo")]
