@@ -450,39 +450,47 @@ fn schedule(scenario: &Scenario, point: Option<f64>) -> Result<Schedule, load::S
     Schedule::new(phases)
 }
 
+/// A tier's figures over `seconds` of the *schedule* (not the wall time, which ends a little
+/// later), rounded as the simulator rounds its own.
 fn figures(t: &TierReport, seconds: f64) -> Figures {
+    let round = |x: f64, scale: f64| (x * scale).round() / scale;
     let offered = t.offered.max(1) as f64;
-    let ratio = |n: u64| n as f64 / offered;
+    let ratio = |n: u64| round(n as f64 / offered, 1e4);
     let latency = (t.latency_ms.count > 0).then_some(t.latency_ms);
+    let ms = |pick: fn(&load::Latency) -> f64| latency.as_ref().map(|l| round(pick(l), 1e3));
     Figures {
-        offered_rps: t.offered as f64 / seconds,
-        goodput_rps: t.goodput,
+        offered_rps: round(t.offered as f64 / seconds, 1e3),
+        goodput_rps: round(t.ok as f64 / seconds, 1e3),
         shed_ratio: ratio(t.shed_by_tidegate),
         expired_ratio: 0.0,
         refused_ratio: ratio(t.shed - t.shed_by_tidegate),
         timeout_ratio: ratio(t.timed_out),
         unsent_ratio: ratio(t.not_sent),
-        p50_ms: latency.map(|l| l.p50),
-        p90_ms: latency.map(|l| l.p90),
-        p99_ms: latency.map(|l| l.p99),
-        max_ms: latency.map(|l| l.max),
+        p50_ms: ms(|l| l.p50),
+        p90_ms: ms(|l| l.p90),
+        p99_ms: ms(|l| l.p99),
+        max_ms: ms(|l| l.max),
     }
 }
 
 fn real_run(report: load::Report) -> RealRun {
-    let whole = figures(&report.total, report.elapsed_s);
+    let duration = report.run.duration_s.max(1e-9);
+    let whole = figures(&report.total, duration);
     let (steady, steady_tiers) = match &report.steady {
-        Some(s) => (
-            figures(&s.total, s.seconds),
-            if s.tiers.len() > 1 {
-                s.tiers
-                    .iter()
-                    .filter_map(|t| Some((t.tier?, figures(t, s.seconds))))
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        ),
+        Some(s) => {
+            let seconds = (duration - s.from_s).max(1e-9);
+            (
+                figures(&s.total, seconds),
+                if s.tiers.len() > 1 {
+                    s.tiers
+                        .iter()
+                        .filter_map(|t| Some((t.tier?, figures(t, seconds))))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+            )
+        }
         None => (whole.clone(), Vec::new()),
     };
     RealRun {
