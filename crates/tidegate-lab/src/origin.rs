@@ -2,9 +2,10 @@
 //!
 //! The simulator predicts what a protection does to a service model; the origin makes that
 //! same model answer real HTTP requests, so that the prediction can be checked over real
-//! sockets. Every request that arrives is handed to the very [`Instance`] the simulator
-//! drives ([`tidegate_model::service`]), with real time converted to the model's nanoseconds
-//! since the origin started; the response leaves when the model says the work ends.
+//! sockets. Every request that arrives is handed to the very service model the simulator
+//! drives ([`tidegate_model::service::Instance`]), with real time converted to the model's
+//! nanoseconds since the origin started; the response leaves when the model says the work
+//! ends.
 //!
 //! What the origin inherits from the model, and why it matters for overload experiments:
 //!
@@ -19,8 +20,8 @@
 //!   each, and a front listener that spreads requests over them as the scenario's `balance`
 //!   says, for runs without a proxy.
 //!
-//! `GET /metrics` on any listener gives the origin's own counters ([`metrics`]); every other
-//! request is work. An instance may also hold an RSocket-style static lease (requests per
+//! `GET /metrics` on any listener ([`METRICS_PATH`]) gives the origin's own counters; every
+//! other request is work. An instance may also hold an RSocket-style static lease (requests per
 //! window, refused beyond it), for the scenarios' `static_lease` arms.
 
 mod driver;
