@@ -222,8 +222,12 @@ async fn accept(listener: TcpListener, instance: Option<usize>, commands: mpsc::
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                // Out of file descriptors and the like: the next accept may succeed.
-                let Ok((stream, _)) = accepted else { continue };
+                let Ok((stream, _)) = accepted else {
+                    // Out of file descriptors and the like: wait a moment rather than spin,
+                    // the next accept may succeed.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let commands = commands.clone();
                 connections.spawn(async move {
