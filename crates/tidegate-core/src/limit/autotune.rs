@@ -80,6 +80,20 @@ impl Default for AutotuneConfig {
     }
 }
 
+/// A latency shrink, as the window after it will judge it.
+#[derive(Clone, Copy, Debug)]
+struct Shrink {
+    /// The smoothed rtt that asked for it.
+    rtt: f64,
+    /// The rtt to expect after it if the excess over the baseline was a queue, shrinking
+    /// in proportion to the limit.
+    expected_rtt: f64,
+    /// The window's throughput before it.
+    throughput: f64,
+    /// New limit over old.
+    kept: f64,
+}
+
 /// What the latency rule did in a window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Move {
@@ -101,7 +115,8 @@ enum Move {
 ///
 /// **Latency rule (modified Vegas).** `srtt` = EWMA of `r` (weight 0.5); `base` = lowest `srtt`
 /// since the last reset. With `ratio = srtt / base - 1` and `tol = 1.5 / sqrt(limit)`:
-/// - drops above 5% of the window: `limit x 0.9`;
+/// - drops above 5% of the window: `limit x min(0.9, 1 - f/2)`, `f` the window's drop
+///   fraction (DCTCP's proportional decrease where it is deeper than 0.9);
 /// - `ratio > tol`: shrink to `limit x (1 + tol) / (1 + ratio)` (what the tolerance would allow
 ///   if latency is proportional to concurrency), at most halving;
 /// - `ratio < tol / 2` and the limit is in use (largest inflight >= limit / 2): grow by
@@ -125,6 +140,14 @@ enum Move {
 ///   baseline is stale: **re-anchor** `base = srtt`.
 ///
 /// At the knee the rule mostly holds, so neither fires.
+///
+/// **Futile shrinks.** A latency shrink from `L` to `L'` expects, if the excess is a queue,
+/// the rtt to fall to `base + (srtt - base) x L'/L`. The first measured window after it
+/// judges it: if the rtt fell by less than half of that while the throughput fell by at
+/// least half the cut, the shrink was futile. Two futile shrinks in a row re-anchor
+/// `base = srtt`: the service got slower, not busier. This is the covariance check's
+/// re-anchoring from the shrinks' own evidence, within two shrinks instead of ten windows
+/// (minutes, at a few answers a second). Shrinks expecting less than 5% are not judged.
 ///
 /// **Probes.** If inflight spread less than 15% over the 10 windows (the limit held steady),
 /// the covariance cannot tell anything, and a baseline measured under load would never be
@@ -153,6 +176,10 @@ pub struct Autotune {
     fresh: bool,
     /// While probing: the limit to restore after the probe window.
     probe: Option<f64>,
+    /// The last latency shrink, to be judged by the next measured window.
+    shrunk: Option<Shrink>,
+    /// Futile latency shrinks in a row (see [`Autotune::check_shrink`]).
+    futile: u32,
     started: bool,
     window_start: Time,
     samples: u32,
@@ -180,6 +207,8 @@ impl Autotune {
             settling: false,
             fresh: false,
             probe: None,
+            shrunk: None,
+            futile: 0,
             started: false,
             window_start: Time::ZERO,
             samples: 0,
@@ -209,7 +238,7 @@ impl Autotune {
     }
 
     /// The latency rule, on one closed window; returns what it did.
-    fn latency_rule(&mut self, rtt: Option<f64>) -> Move {
+    fn latency_rule(&mut self, rtt: Option<f64>, throughput: f64) -> Move {
         // The successes' latency is learnt even in a window with drops.
         if let Some(rtt) = rtt {
             let w = self.config.smoothing.clamp(f64::MIN_POSITIVE, 1.0);
@@ -219,11 +248,24 @@ impl Autotune {
             };
             self.srtt = Some(srtt);
             self.base = Some(self.base.map_or(srtt, |b| b.min(srtt)));
+            if let Some(shrink) = self.shrunk.take() {
+                self.check_shrink(&shrink, srtt, throughput);
+            }
         }
         let drop_fraction = f64::from(self.drops) / f64::from(self.samples.max(1));
         if drop_fraction > self.config.drop_tolerance {
-            self.limit *= self.config.backoff.clamp(0.0, 1.0);
+            // DCTCP's proportional decrease, `1 - f/2`, where it is deeper than `backoff`:
+            // a window of nothing but drops halves the limit. At the mild 0.9, a service
+            // that answered nothing in time (the capacity demo after its work doubled, 10-s
+            // windows at 1 answer a second) took a minute to come down from 20 to 9.
+            let factor = self
+                .config
+                .backoff
+                .clamp(0.0, 1.0)
+                .min(1.0 - drop_fraction / 2.0);
+            self.limit *= factor;
             self.settling = true;
+            self.shrunk = None;
             return Move::Shrink;
         }
         let (Some(srtt), Some(base), Some(_)) = (self.srtt, self.base, rtt) else {
@@ -232,14 +274,50 @@ impl Autotune {
         let ratio = srtt / base - 1.0;
         let tol = self.tolerance();
         if ratio > tol {
+            let before = self.limit;
             self.limit = (self.limit * (1.0 + tol) / (1.0 + ratio)).max(self.limit * 0.5);
             self.settling = true;
+            let kept = self.limit / before;
+            self.shrunk = Some(Shrink {
+                rtt: srtt,
+                expected_rtt: base + (srtt - base) * kept,
+                throughput,
+                kept,
+            });
             Move::Shrink
         } else if ratio < tol / 2.0 && f64::from(self.inflight_max) * 2.0 >= self.limit {
             self.limit += self.limit.log10().max(1.0);
             Move::Grow
         } else {
             Move::Hold
+        }
+    }
+
+    /// Judges a latency shrink by the first measured window after it. A shrink is futile if
+    /// the rtt fell by less than half of what a queue shrinking with the limit would have
+    /// given back, while the throughput fell by at least half the limit's cut: less
+    /// concurrency cost throughput and bought no latency, so the excess over the baseline is
+    /// not a queue; the service got slower, not busier, and the baseline is stale. Two
+    /// futile shrinks in a row re-anchor it to the current rtt, as the covariance check
+    /// does, but within two shrinks rather than ten windows, which at a few answers a
+    /// second is minutes (the capacity demo after its work doubled walked from 20 down to 2
+    /// on a 1 s baseline while every request took 2 s). Shrinks whose expected gain is under
+    /// 5% of the rtt are within noise and are not judged.
+    fn check_shrink(&mut self, shrink: &Shrink, rtt: f64, throughput: f64) {
+        let gain = shrink.rtt - shrink.expected_rtt;
+        if gain < 0.05 * shrink.rtt {
+            return;
+        }
+        let no_gain = rtt > shrink.rtt - gain / 2.0;
+        let cost = throughput <= shrink.throughput * (1.0 - (1.0 - shrink.kept) / 2.0);
+        if no_gain && cost {
+            self.futile += 1;
+        } else {
+            self.futile = 0;
+        }
+        if self.futile >= 2 {
+            self.futile = 0;
+            self.base = Some(rtt);
         }
     }
 
@@ -269,6 +347,7 @@ impl Autotune {
                 self.limit *= self.config.reset_factor.clamp(0.0, 1.0);
                 self.base = None;
                 self.srtt = None;
+                self.shrunk = None;
                 self.settling = true;
             }
             Some(e) if shrank * 2 > RING && e > self.config.high_elasticity => {
@@ -297,7 +376,7 @@ impl Autotune {
                 .then(|| self.success_rtt.as_secs_f64() / f64::from(self.successes));
             let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
             let throughput = f64::from(self.successes) / elapsed;
-            let moved = self.latency_rule(rtt);
+            let moved = self.latency_rule(rtt, throughput);
             self.fresh = false;
             if let Some(restore) = self.probe.take() {
                 // The probe is over; keep its outcome only if latency asked for even less.
@@ -655,6 +734,63 @@ mod tests {
         // Then the smoothing starts afresh: 100 ms is exactly the baseline again, so it grows.
         window(&mut a, now, 100, Nanos::from_millis(100), Outcome::Success);
         assert!(a.limit > before);
+    }
+
+    #[test]
+    fn a_window_of_drops_backs_off_in_proportion() {
+        // A 10% drop window takes the mild 0.9; a window of nothing but drops halves the
+        // limit (DCTCP's 1 - f/2), so a service that answers nothing in time is left within
+        // a few windows rather than tens.
+        let (rtt, ok, dropped) = (Nanos::from_millis(100), Outcome::Success, Outcome::Dropped);
+        let mut a = Autotune::new(&config(20));
+        a.on_sample(&Sample {
+            now: Time::ZERO,
+            rtt,
+            inflight: 20,
+            outcome: ok,
+        });
+        let mut now = window(&mut a, Time::ZERO, 20, rtt, ok);
+        assert_eq!(a.limit(), 21, "first window: baseline, then growth");
+        let before = a.limit;
+        for i in 0..20 {
+            now += Nanos::from_millis(25);
+            let outcome = if i % 10 == 0 { dropped } else { ok };
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: 21,
+                outcome,
+            });
+        }
+        assert!((a.limit - before * 0.9).abs() < 1e-9, "{}", a.limit);
+        let before = a.limit;
+        // The next window mixes two limits and is skipped; the one after is all drops.
+        now = window(&mut a, now, 20, rtt, ok);
+        window(&mut a, now, 20, rtt, dropped);
+        assert!((a.limit - before * 0.5).abs() < 1e-9, "{}", a.limit);
+    }
+
+    #[test]
+    fn a_service_that_got_slower_is_re_anchored_within_two_shrinks() {
+        // At 60 s every request starts taking twice as long, at any concurrency (a bad
+        // release); the optimum stays 20. The covariance check is switched off here, so only
+        // the shrinks' own evidence can re-anchor the baseline: two shrinks that cost
+        // throughput in proportion and gave back no latency.
+        let service = Service::kanaloa().with_base_ramp(secs(60), secs(60), 2.0);
+        let blind = AutotuneConfig {
+            high_elasticity: f64::INFINITY,
+            ..config(20)
+        };
+        let mut a = Autotune::new(&blind);
+        let trace = run(&mut a, &service, Load::Saturating, secs(180));
+        assert!(trace.min_limit() >= 7, "{}", trace.min_limit());
+        let after = trace.mean_limit(secs(90), secs(180));
+        assert!((18.0..26.0).contains(&after), "{after}");
+        let base = a.base.expect("measured");
+        assert!(
+            (0.19..0.25).contains(&base),
+            "re-anchored near 200 ms: {base}"
+        );
     }
 
     #[test]
