@@ -223,13 +223,14 @@ fn cinnamon_default_protects_tier_one_first_above_capacity() {
 
 /// The capacity demo's bad release (1 s -> 2 s of work) with the capacity learnt, not known:
 /// the default beats the demo's adaptive quota (2.4-2.7 ok/s) and its AIMD arm here. The
-/// target of 3.3 ok/s is not met (see docs/algorithms.md, "The default, and why").
+/// target of 3.3 ok/s is missed narrowly at full length (3.28; see docs/algorithms.md,
+/// "The default, and why").
 #[test]
 fn capacity_adaptive_default_beats_the_demos_adaptive_quota() {
     let report = run("capacity-adaptive", 150);
     let default = steady(&report, "tidegate default", 5.0);
     let demo = steady(&report, "aimd (demo)", 5.0);
-    assert!(default.goodput_rps > 2.7, "{default:?}");
+    assert!(default.goodput_rps >= 3.0, "{default:?}");
     assert!(
         default.goodput_rps > demo.goodput_rps,
         "{default:?} vs {demo:?}"
