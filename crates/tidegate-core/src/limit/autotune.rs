@@ -80,6 +80,16 @@ impl Default for AutotuneConfig {
     }
 }
 
+/// A latency shrink, as the window after it will judge it.
+#[derive(Clone, Copy, Debug)]
+struct Shrink {
+    /// The smoothed rtt that asked for it.
+    rtt: f64,
+    /// The rtt to expect after it if the excess over the baseline was a queue, shrinking
+    /// in proportion to the limit.
+    expected_rtt: f64,
+}
+
 /// What the latency rule did in a window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Move {
@@ -101,11 +111,14 @@ enum Move {
 ///
 /// **Latency rule (modified Vegas).** `srtt` = EWMA of `r` (weight 0.5); `base` = lowest `srtt`
 /// since the last reset. With `ratio = srtt / base - 1` and `tol = 1.5 / sqrt(limit)`:
-/// - drops above 5% of the window: `limit x 0.9`;
+/// - drops above 5% of the window: `limit x min(0.9, 1 - f/2)`, `f` the window's drop
+///   fraction (DCTCP's proportional decrease where it is deeper than 0.9), and at least one
+///   request less than the limit in force;
 /// - `ratio > tol`: shrink to `limit x (1 + tol) / (1 + ratio)` (what the tolerance would allow
 ///   if latency is proportional to concurrency), at most halving;
 /// - `ratio < tol / 2` and the limit is in use (largest inflight >= limit / 2): grow by
-///   `max(1, log10(limit))`;
+///   `max(1, log10(limit))`, except back to the limit that last drew drops, which waits
+///   for 10 such windows (a probe of it; a window at it that asks to grow clears it);
 /// - otherwise hold.
 ///
 /// `tol` grows as `1/sqrt(limit)`: a mean over fewer concurrent requests is noisier, and at small
@@ -125,6 +138,14 @@ enum Move {
 ///   baseline is stale: **re-anchor** `base = srtt`.
 ///
 /// At the knee the rule mostly holds, so neither fires.
+///
+/// **Futile shrinks.** A latency shrink from `L` to `L'` expects, if the excess is a queue,
+/// the rtt to fall to `base + (srtt - base) x L'/L`. The first measured window after it
+/// judges it: if the rtt fell by less than half of that, the shrink was futile. Two futile
+/// shrinks in a row re-anchor `base = srtt`: the service got slower, not busier. This is
+/// the covariance check's re-anchoring from the shrinks' own evidence, within two shrinks
+/// instead of ten windows (minutes, at a few answers a second). Shrinks expecting less than
+/// 5% are not judged.
 ///
 /// **Probes.** If inflight spread less than 15% over the 10 windows (the limit held steady),
 /// the covariance cannot tell anything, and a baseline measured under load would never be
@@ -153,6 +174,15 @@ pub struct Autotune {
     fresh: bool,
     /// While probing: the limit to restore after the probe window.
     probe: Option<f64>,
+    /// The last latency shrink, to be judged by the next measured window.
+    shrunk: Option<Shrink>,
+    /// Futile latency shrinks in a row (see [`Autotune::check_shrink`]).
+    futile: u32,
+    /// The limit in force in the last window that backed off for drops, until a window at
+    /// it asks to grow.
+    drop_level: Option<f64>,
+    /// Windows that asked to grow since the last backoff for drops.
+    clean: u32,
     started: bool,
     window_start: Time,
     samples: u32,
@@ -180,6 +210,10 @@ impl Autotune {
             settling: false,
             fresh: false,
             probe: None,
+            shrunk: None,
+            futile: 0,
+            drop_level: None,
+            clean: 0,
             started: false,
             window_start: Time::ZERO,
             samples: 0,
@@ -219,11 +253,27 @@ impl Autotune {
             };
             self.srtt = Some(srtt);
             self.base = Some(self.base.map_or(srtt, |b| b.min(srtt)));
+            if let Some(shrink) = self.shrunk.take() {
+                self.check_shrink(&shrink, srtt);
+            }
         }
         let drop_fraction = f64::from(self.drops) / f64::from(self.samples.max(1));
         if drop_fraction > self.config.drop_tolerance {
-            self.limit *= self.config.backoff.clamp(0.0, 1.0);
+            // DCTCP's proportional decrease, `1 - f/2`, where it is deeper than `backoff`:
+            // a window of nothing but drops halves the limit. At the mild 0.9, a service
+            // that answered nothing in time (the capacity demo after its work doubled, 10-s
+            // windows at 1 answer a second) took a minute to come down from 20 to 9. And at
+            // least one request less: 0.9 of 8.4 is 7.6, still 8 in force.
+            let factor = self
+                .config
+                .backoff
+                .clamp(0.0, 1.0)
+                .min(1.0 - drop_fraction / 2.0);
+            self.drop_level = Some(self.limit.round());
+            self.clean = 0;
+            self.limit = (self.limit * factor).min(self.limit.round() - 1.0);
             self.settling = true;
+            self.shrunk = None;
             return Move::Shrink;
         }
         let (Some(srtt), Some(base), Some(_)) = (self.srtt, self.base, rtt) else {
@@ -232,14 +282,65 @@ impl Autotune {
         let ratio = srtt / base - 1.0;
         let tol = self.tolerance();
         if ratio > tol {
+            let before = self.limit;
             self.limit = (self.limit * (1.0 + tol) / (1.0 + ratio)).max(self.limit * 0.5);
             self.settling = true;
+            self.shrunk = Some(Shrink {
+                rtt: srtt,
+                expected_rtt: base + (srtt - base) * self.limit / before,
+            });
             Move::Shrink
         } else if ratio < tol / 2.0 && f64::from(self.inflight_max) * 2.0 >= self.limit {
-            self.limit += self.limit.log10().max(1.0);
+            // A limit that drew drops is tried again only after `RING` windows that asked to
+            // grow, as a probe: latency alone may not see why it was too high (a pool of 7
+            // workers at 2 s holding 8 queues one request, a few percent of the mean rtt,
+            // yet enough to push some callers past their timeout). Growing back at once
+            // kept the limit at 8 half of the time.
+            self.clean += 1;
+            if self
+                .drop_level
+                .is_some_and(|level| self.limit.round() >= level)
+            {
+                self.drop_level = None;
+            }
+            let grown = self.limit + self.limit.log10().max(1.0);
+            if self
+                .drop_level
+                .is_some_and(|level| grown.round() >= level && self.clean < RING as u32)
+            {
+                return Move::Hold;
+            }
+            self.limit = grown;
             Move::Grow
         } else {
             Move::Hold
+        }
+    }
+
+    /// Judges a latency shrink by the first measured window after it. A shrink is futile if
+    /// the rtt fell by less than half of what a queue shrinking with the limit would have
+    /// given back: less concurrency bought no latency, so the excess over the baseline is
+    /// not a queue; the service got slower, not busier, and the baseline is stale. Two
+    /// futile shrinks in a row re-anchor it to the current rtt, as the covariance check
+    /// does, but within two shrinks rather than ten windows, which at a few answers a
+    /// second is minutes (the capacity demo after its work doubled walked from 20 down to 2
+    /// on a 1 s baseline while every request took 2 s). Shrinks whose expected gain is under
+    /// 5% of the rtt are within noise and are not judged. (Requiring the throughput to fall
+    /// with the limit as well, as the covariance check does, let the noise of 10-sample
+    /// windows veto the re-anchoring for two minutes in one seed of that demo.)
+    fn check_shrink(&mut self, shrink: &Shrink, rtt: f64) {
+        let gain = shrink.rtt - shrink.expected_rtt;
+        if gain < 0.05 * shrink.rtt {
+            return;
+        }
+        if rtt > shrink.rtt - gain / 2.0 {
+            self.futile += 1;
+        } else {
+            self.futile = 0;
+        }
+        if self.futile >= 2 {
+            self.futile = 0;
+            self.base = Some(rtt);
         }
     }
 
@@ -269,6 +370,7 @@ impl Autotune {
                 self.limit *= self.config.reset_factor.clamp(0.0, 1.0);
                 self.base = None;
                 self.srtt = None;
+                self.shrunk = None;
                 self.settling = true;
             }
             Some(e) if shrank * 2 > RING && e > self.config.high_elasticity => {
@@ -466,15 +568,16 @@ mod tests {
         assert!(trace.min_limit() >= 5, "{}", trace.min_limit());
         let after = trace.mean_limit(secs(150), secs(240));
         assert!((18.0..25.0).contains(&after), "{after}");
-        // Without the re-anchoring the baseline would stay at 100 ms: a 3x "queue" that the
-        // tolerance only allows at a limit of about 1.
-        let stale = Autotune::new(&AutotuneConfig {
+        // Without the covariance check, the futile shrinks re-anchor it on their own (the
+        // baseline left at 100 ms would be a 3x "queue" that the tolerance only allows at a
+        // limit of about 1).
+        let mut blind = Autotune::new(&AutotuneConfig {
             high_elasticity: f64::INFINITY,
             ..config(20)
         });
-        let mut stale = stale;
-        let collapsed = run(&mut stale, &service, Load::Saturating, secs(240));
-        assert!(collapsed.mean_limit(secs(150), secs(240)) < 5.0);
+        let trace = run(&mut blind, &service, Load::Saturating, secs(240));
+        let after = trace.mean_limit(secs(150), secs(240));
+        assert!((15.0..26.0).contains(&after), "{after}");
     }
 
     #[test]
@@ -655,6 +758,102 @@ mod tests {
         // Then the smoothing starts afresh: 100 ms is exactly the baseline again, so it grows.
         window(&mut a, now, 100, Nanos::from_millis(100), Outcome::Success);
         assert!(a.limit > before);
+    }
+
+    #[test]
+    fn a_window_of_drops_backs_off_in_proportion() {
+        // A 10% drop window takes the mild 0.9; a window of nothing but drops halves the
+        // limit (DCTCP's 1 - f/2), so a service that answers nothing in time is left within
+        // a few windows rather than tens.
+        let (rtt, ok, dropped) = (Nanos::from_millis(100), Outcome::Success, Outcome::Dropped);
+        let mut a = Autotune::new(&config(20));
+        a.on_sample(&Sample {
+            now: Time::ZERO,
+            rtt,
+            inflight: 20,
+            outcome: ok,
+        });
+        let mut now = window(&mut a, Time::ZERO, 20, rtt, ok);
+        assert_eq!(a.limit(), 21, "first window: baseline, then growth");
+        let before = a.limit;
+        for i in 0..20 {
+            now += Nanos::from_millis(25);
+            let outcome = if i % 10 == 0 { dropped } else { ok };
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: 21,
+                outcome,
+            });
+        }
+        assert!((a.limit - before * 0.9).abs() < 1e-9, "{}", a.limit);
+        let before = a.limit;
+        // The next window mixes two limits and is skipped; the one after is all drops.
+        now = window(&mut a, now, 20, rtt, ok);
+        window(&mut a, now, 20, rtt, dropped);
+        assert!((a.limit - before * 0.5).abs() < 1e-9, "{}", a.limit);
+    }
+
+    #[test]
+    fn a_limit_that_drew_drops_is_tried_again_only_after_ten_windows() {
+        let (rtt, ok) = (Nanos::from_millis(100), Outcome::Success);
+        let mut a = Autotune::new(&config(4));
+        a.on_sample(&Sample {
+            now: Time::ZERO,
+            rtt,
+            inflight: 4,
+            outcome: ok,
+        });
+        let mut now = window(&mut a, Time::ZERO, 20, rtt, ok);
+        assert_eq!(a.limit(), 5);
+        // 2 drops in 20: 0.9 of 5 is 4.5, which would still round to 5; one less is 4.
+        for i in 0..20 {
+            now += Nanos::from_millis(25);
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: 5,
+                outcome: if i % 10 == 0 { Outcome::Dropped } else { ok },
+            });
+        }
+        assert_eq!(a.limit(), 4);
+        now = window(&mut a, now, 20, rtt, ok); // mixes two limits: not measured
+        for n in 1..10 {
+            now = window(&mut a, now, 20, rtt, ok);
+            assert_eq!(
+                a.limit(),
+                4,
+                "window {n} asked to grow, back to 5 only after 10"
+            );
+        }
+        now = window(&mut a, now, 20, rtt, ok);
+        assert_eq!(a.limit(), 5);
+        // A window at 5 that asks to grow clears the level: 6 follows at once.
+        window(&mut a, now, 20, rtt, ok);
+        assert_eq!(a.limit(), 6);
+    }
+
+    #[test]
+    fn a_service_that_got_slower_is_re_anchored_within_two_shrinks() {
+        // At 60 s every request starts taking twice as long, at any concurrency (a bad
+        // release); the optimum stays 20. The covariance check is switched off here, so only
+        // the shrinks' own evidence can re-anchor the baseline: two shrinks that cost
+        // throughput in proportion and gave back no latency.
+        let service = Service::kanaloa().with_base_ramp(secs(60), secs(60), 2.0);
+        let blind = AutotuneConfig {
+            high_elasticity: f64::INFINITY,
+            ..config(20)
+        };
+        let mut a = Autotune::new(&blind);
+        let trace = run(&mut a, &service, Load::Saturating, secs(180));
+        assert!(trace.min_limit() >= 7, "{}", trace.min_limit());
+        let after = trace.mean_limit(secs(90), secs(180));
+        assert!((18.0..26.0).contains(&after), "{after}");
+        let base = a.base.expect("measured");
+        assert!(
+            (0.19..0.25).contains(&base),
+            "re-anchored near 200 ms: {base}"
+        );
     }
 
     #[test]
