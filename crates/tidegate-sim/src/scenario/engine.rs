@@ -1,8 +1,8 @@
 //! The event-driven engine: clients, a protection per arm, and the service, in virtual
 //! nanoseconds.
 //!
-//! One run is one arm at one load point, single-threaded: a binary heap of `(time, sequence)`
-//! events, the client and service models of `tidegate-model`, and, for a gate arm, one
+//! One run is one arm at one load point, single-threaded: a [`Timeline`] of events (in time
+//! order, in scheduling order within a nanosecond), the client and service models of `tidegate-model`, and, for a gate arm, one
 //! unchanged `tidegate_core` [`Gate`] per service instance, driven exactly as a proxy drives
 //! it (`arrive`, `complete`, `cancel`, `tick` at `next_tick`, `poll_event`). Runs of different
 //! arms and load points are independent and may go on threads ([`run_all`]); the output order
@@ -24,11 +24,12 @@
 //! limit), and the late answer is the plainest overload signal there is.
 //!
 //! **Client timeouts** are the same for every attempt, so deadlines fall in the order the
-//! attempts started: they wait in a FIFO behind a single timer event instead of one heap
+//! attempts started: they wait in a FIFO behind a single timer event instead of one timeline
 //! event each.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+mod timeline;
+
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use tidegate_core::gate::{Arrival, Event, Gate, Permit};
@@ -42,6 +43,7 @@ use tidegate_model::service::{Admission, Balance, Instance};
 
 use super::report::{ArmRun, Ending, Report, Second, Tally};
 use super::{ArmConfig, ArmKind, Scenario};
+use timeline::Timeline;
 
 /// Identifiers of the random streams, mixed with the seed.
 const ARRIVALS: u64 = 1;
@@ -118,34 +120,6 @@ enum Kind {
     Second(u32),
 }
 
-#[derive(Debug)]
-struct Scheduled {
-    at: Time,
-    seq: u64,
-    kind: Kind,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Scheduled) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-
-impl Eq for Scheduled {}
-
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Scheduled) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// Reversed, for a min-heap on `(at, seq)`.
-impl Ord for Scheduled {
-    fn cmp(&self, other: &Scheduled) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
-}
-
 /// Hashes the gate's ticket ids (unique numbers) with one SplitMix64 step.
 #[derive(Default)]
 struct IdHasher(u64);
@@ -206,8 +180,7 @@ struct Run<'a> {
     now: Time,
     end: Time,
     warmup: Time,
-    heap: BinaryHeap<Scheduled>,
-    seq: u64,
+    timeline: Timeline<Kind>,
     events: u64,
     instances: Vec<Instance>,
     front: Front,
@@ -260,8 +233,7 @@ impl<'a> Run<'a> {
             now: Time::ZERO,
             end: scenario.end(),
             warmup: Time::ZERO + scenario.warmup,
-            heap: BinaryHeap::new(),
-            seq: 0,
+            timeline: Timeline::new(),
             events: 0,
             instances: (0..n).map(|_| scenario.service.instance()).collect(),
             front,
@@ -289,12 +261,7 @@ impl<'a> Run<'a> {
     }
 
     fn push(&mut self, at: Time, kind: Kind) {
-        self.seq += 1;
-        self.heap.push(Scheduled {
-            at,
-            seq: self.seq,
-            kind,
-        });
+        self.timeline.push(at, kind);
     }
 
     fn schedule_start(&mut self) {
@@ -328,7 +295,7 @@ impl<'a> Run<'a> {
     }
 
     fn run(&mut self) {
-        while let Some(Scheduled { at, kind, .. }) = self.heap.pop() {
+        while let Some((at, kind)) = self.timeline.pop() {
             if at > self.end && self.outstanding == 0 {
                 break;
             }
