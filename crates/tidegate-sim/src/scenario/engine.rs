@@ -29,8 +29,7 @@
 
 mod timeline;
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 
 use tidegate_core::gate::{Arrival, Event, Gate, Permit};
 use tidegate_core::limit::Outcome;
@@ -120,26 +119,6 @@ enum Kind {
     Second(u32),
 }
 
-/// Hashes the gate's ticket ids (unique numbers) with one SplitMix64 step.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = splitmix64(self.0 ^ u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = splitmix64(n);
-    }
-}
-
-type TicketMap = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
-
 /// One attempt of a request, in a slab slot.
 #[derive(Debug)]
 struct Attempt {
@@ -185,7 +164,10 @@ struct Run<'a> {
     instances: Vec<Instance>,
     front: Front,
     tick_at: Vec<Time>,
-    tickets: Vec<TicketMap>,
+    /// Per instance, by the gate's queue slot ([`Ticket::slot`]): the attempt whose ticket
+    /// holds the slot. An entry is current only while that attempt still holds that very
+    /// ticket; later ones overwrite it.
+    tickets: Vec<Vec<u32>>,
     attempts: Vec<Attempt>,
     free: Vec<u32>,
     deadlines: VecDeque<(Time, u32, u32)>,
@@ -238,7 +220,7 @@ impl<'a> Run<'a> {
             instances: (0..n).map(|_| scenario.service.instance()).collect(),
             front,
             tick_at: vec![Time::MAX; n],
-            tickets: (0..n).map(|_| TicketMap::default()).collect(),
+            tickets: vec![Vec::new(); n],
             attempts: Vec::new(),
             free: Vec::new(),
             deadlines: VecDeque::new(),
@@ -435,7 +417,11 @@ impl<'a> Run<'a> {
                     Arrival::Admitted(permit) => self.send(idx, Some(permit)),
                     Arrival::Queued(ticket) => {
                         self.attempts[idx as usize].ticket = Some(ticket);
-                        self.tickets[i].insert(ticket.id(), idx);
+                        let table = &mut self.tickets[i];
+                        if table.len() <= ticket.slot() {
+                            table.resize(ticket.slot() + 1, u32::MAX);
+                        }
+                        table[ticket.slot()] = idx;
                     }
                     Arrival::Rejected(_) => self.turned_away(idx, Ending::Shed),
                 }
@@ -617,7 +603,6 @@ impl<'a> Run<'a> {
                 && gates[i].cancel(now, ticket)
             {
                 a.ticket = None;
-                self.tickets[i].remove(&ticket.id());
             }
             let retries = &self.scenario.load.retries;
             if retries.on_timeout && self.attempts[idx as usize].number < retries.max {
@@ -646,7 +631,7 @@ impl<'a> Run<'a> {
             };
             match event {
                 Event::Admitted { ticket, permit, .. } => {
-                    match self.tickets[i].remove(&ticket.id()) {
+                    match waiter(&self.tickets[i], &self.attempts, ticket) {
                         Some(idx) => {
                             let a = &mut self.attempts[idx as usize];
                             a.ticket = None;
@@ -666,7 +651,7 @@ impl<'a> Run<'a> {
                     } else {
                         Ending::Shed
                     };
-                    if let Some(idx) = self.tickets[i].remove(&ticket.id()) {
+                    if let Some(idx) = waiter(&self.tickets[i], &self.attempts, ticket) {
                         let a = &mut self.attempts[idx as usize];
                         a.ticket = None;
                         if a.waiting {
@@ -754,6 +739,14 @@ impl<'a> Run<'a> {
             events: self.events,
         }
     }
+}
+
+/// The attempt that holds `ticket`, from the table of its gate's queue slots, if one still
+/// does.
+fn waiter(table: &[u32], attempts: &[Attempt], ticket: Ticket) -> Option<u32> {
+    let idx = *table.get(ticket.slot())?;
+    let holder = attempts.get(idx as usize)?;
+    (holder.ticket == Some(ticket)).then_some(idx)
 }
 
 /// Seconds from `from` until the limit stays within 20% of `settled` for the rest of the run;
