@@ -107,8 +107,9 @@ enum Kind {
     Worker(u32),
     /// A retry attempt (prepared in this slot) starts.
     Retry(u32),
-    /// The service finished the request of this token.
-    Done(u64),
+    /// The service finished the attempt in this slot (its token for the service). The slot
+    /// stays allocated while the service holds the attempt, so no generation is needed.
+    Done(u32),
     /// The earliest client deadline.
     Deadlines,
     /// A gate's `next_tick`.
@@ -382,10 +383,6 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn token(&self, idx: u32) -> u64 {
-        u64::from(self.attempts[idx as usize].generation) << 32 | u64::from(idx)
-    }
-
     /// The attempt in `idx` goes out now.
     fn start(&mut self, idx: u32) {
         let now = self.now;
@@ -473,13 +470,12 @@ impl<'a> Run<'a> {
 
     /// The attempt reaches the service.
     fn send(&mut self, idx: u32, permit: Option<Permit>) {
-        let token = self.token(idx);
         let a = &mut self.attempts[idx as usize];
         let i = usize::from(a.instance);
         a.in_service = true;
         a.permit = permit;
-        match self.instances[i].arrive(self.now, token, a.factor) {
-            Admission::Started(done) => self.push(done, Kind::Done(token)),
+        match self.instances[i].arrive(self.now, u64::from(idx), a.factor) {
+            Admission::Started(done) => self.push(done, Kind::Done(idx)),
             Admission::Queued => {}
             Admission::Refused => {
                 a.in_service = false;
@@ -555,12 +551,11 @@ impl<'a> Run<'a> {
     }
 
     /// The service finished a request.
-    fn done(&mut self, token: u64) {
+    fn done(&mut self, idx: u32) {
         let now = self.now;
-        let idx = token as u32;
         let i = usize::from(self.attempts[idx as usize].instance);
         if let Some(next) = self.instances[i].finish(now) {
-            self.push(next.done, Kind::Done(next.token));
+            self.push(next.done, Kind::Done(next.token as u32));
         }
         let a = &mut self.attempts[idx as usize];
         a.in_service = false;
@@ -678,7 +673,7 @@ impl<'a> Run<'a> {
         for i in 0..self.instances.len() {
             self.instances[i].apply(change);
             while let Some(started) = self.instances[i].start_waiting(self.now) {
-                self.push(started.done, Kind::Done(started.token));
+                self.push(started.done, Kind::Done(started.token as u32));
             }
         }
     }

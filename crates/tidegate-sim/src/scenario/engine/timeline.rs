@@ -66,7 +66,19 @@ impl<T: Copy> Timeline<T> {
         if self.next_due == self.due.len() {
             self.due.clear();
             self.next_due = 0;
-            self.refill();
+            if self.occupied == 0 {
+                return None;
+            }
+            let index = self.occupied.trailing_zeros() as usize;
+            let bucket = &mut self.buckets[index];
+            if bucket.len() == 1 {
+                // The common case: the next event is alone in its bucket; it is due now.
+                self.occupied &= !(1 << index);
+                let (at, event) = bucket.pop()?;
+                self.last = at;
+                return Some((Time::from_nanos(at), event));
+            }
+            self.refill(index);
         }
         let &(at, event) = self.due.get(self.next_due)?;
         self.next_due += 1;
@@ -84,13 +96,9 @@ impl<T: Copy> Timeline<T> {
         }
     }
 
-    /// Moves the events of the first non-empty bucket to the buckets below it, relative to
-    /// their earliest time, which becomes the last popped time.
-    fn refill(&mut self) {
-        if self.occupied == 0 {
-            return;
-        }
-        let index = self.occupied.trailing_zeros() as usize;
+    /// Moves the events of bucket `index`, the first non-empty one, to the buckets below it,
+    /// relative to their earliest time, which becomes the last popped time.
+    fn refill(&mut self, index: usize) {
         self.occupied &= !(1 << index);
         let mut moving = std::mem::take(&mut self.buckets[index]);
         self.last = moving.iter().map(|&(at, _)| at).min().unwrap_or(self.last);
