@@ -62,6 +62,7 @@ impl<T: Copy> Timeline<T> {
     }
 
     /// The earliest event (the first pushed among the earliest), with its time.
+    #[inline]
     pub(super) fn pop(&mut self) -> Option<(Time, T)> {
         if self.next_due == self.due.len() {
             self.due.clear();
