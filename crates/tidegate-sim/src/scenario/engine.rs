@@ -99,10 +99,9 @@ pub fn run_arm(scenario: &Scenario, arm: &ArmConfig, point: Option<f64>) -> ArmR
     run.finish()
 }
 
+/// An event on the timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// The next open-loop arrival.
-    Arrival,
     /// A closed-loop worker sends its next request.
     Worker(u32),
     /// A retry attempt (prepared in this slot) starts.
@@ -110,15 +109,27 @@ enum Kind {
     /// The service finished the attempt in this slot (its token for the service). The slot
     /// stays allocated while the service holds the attempt, so no generation is needed.
     Done(u32),
-    /// The earliest client deadline.
-    Deadlines,
     /// A gate's `next_tick`.
     Tick(u8),
     /// A capacity change of the service.
     Change(u32),
-    /// The end of a second of the per-second series.
-    Second(u32),
 }
+
+/// Where the next event comes from: the timeline, or one of the three kinds of event of
+/// which at most one is pending at a time, kept beside the timeline (see [`Run::run`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Timeline,
+    /// The next open-loop arrival.
+    Arrival,
+    /// The earliest client deadline.
+    Deadlines,
+    /// The end of a second of the per-second series.
+    Second,
+}
+
+/// When a pending event is due, and its place in the order of scheduling.
+type Due = (Time, u64);
 
 /// One attempt of a request, in a slab slot.
 #[derive(Debug)]
@@ -161,6 +172,17 @@ struct Run<'a> {
     end: Time,
     warmup: Time,
     timeline: Timeline<Kind>,
+    /// Events scheduled so far, on the timeline or beside it: the sequence number of the
+    /// next one orders it after them among the events due at the same nanosecond.
+    scheduled: u64,
+    /// The next open-loop arrival, if one is scheduled.
+    arrival: Option<Due>,
+    /// The timer of the earliest client deadline, while one is armed.
+    deadline_timer: Option<Due>,
+    /// The next end of a second of the series and the sequence number of the first; the
+    /// ends of seconds are all scheduled at the start, one after the other.
+    next_second: u32,
+    first_second: u64,
     events: u64,
     instances: Vec<Instance>,
     front: Front,
@@ -172,7 +194,6 @@ struct Run<'a> {
     attempts: Vec<Attempt>,
     free: Vec<u32>,
     deadlines: VecDeque<(Time, u32, u32)>,
-    deadline_armed: bool,
     open: Option<OpenLoop>,
     mix: Mix,
     rng_arrivals: Rng,
@@ -217,6 +238,11 @@ impl<'a> Run<'a> {
             end: scenario.end(),
             warmup: Time::ZERO + scenario.warmup,
             timeline: Timeline::new(),
+            scheduled: 0,
+            arrival: None,
+            deadline_timer: None,
+            next_second: 1,
+            first_second: 0,
             events: 0,
             instances: (0..n).map(|_| scenario.service.instance()).collect(),
             front,
@@ -225,7 +251,6 @@ impl<'a> Run<'a> {
             attempts: Vec::new(),
             free: Vec::new(),
             deadlines: VecDeque::new(),
-            deadline_armed: false,
             open,
             mix: Mix::new(load),
             rng_arrivals: stream(scenario.seed, ARRIVALS),
@@ -243,8 +268,15 @@ impl<'a> Run<'a> {
         run
     }
 
+    /// The sequence number of an event being scheduled now.
+    fn schedule(&mut self) -> u64 {
+        self.scheduled += 1;
+        self.scheduled
+    }
+
     fn push(&mut self, at: Time, kind: Kind) {
-        self.timeline.push(at, kind);
+        let seq = self.schedule();
+        self.timeline.push(at, seq, kind);
     }
 
     fn schedule_start(&mut self) {
@@ -252,7 +284,7 @@ impl<'a> Run<'a> {
             && let Some(first) = open.next_after(Time::ZERO, &mut self.rng_arrivals)
             && first < self.end
         {
-            self.push(first, Kind::Arrival);
+            self.arrival = Some((first, self.schedule()));
         }
         if let Some(workers) = self.scenario.load.workers
             && self.open.is_none()
@@ -271,29 +303,82 @@ impl<'a> Run<'a> {
                 self.push(at, Kind::Change(i as u32));
             }
         }
-        let seconds = self.scenario.duration.as_nanos() / 1_000_000_000;
-        for s in 1..=seconds {
-            self.push(Time::ZERO + Nanos::from_secs(s), Kind::Second(s as u32));
-        }
+        self.first_second = self.scheduled + 1;
+        self.scheduled += self.seconds();
     }
 
+    /// Seconds in the per-second series.
+    fn seconds(&self) -> u64 {
+        self.scenario.duration.as_nanos() / 1_000_000_000
+    }
+
+    /// The next end of a second, if one is left.
+    fn second_due(&self) -> Option<Due> {
+        let s = u64::from(self.next_second);
+        (s <= self.seconds()).then(|| (Time::ZERO + Nanos::from_secs(s), self.first_second + s - 1))
+    }
+
+    /// Handles the events in `(time, sequence)` order until none is left, or the clients
+    /// are done and nobody waits.
+    ///
+    /// Arrivals and client deadlines are two thirds of the events, and the ends of seconds
+    /// are all scheduled at the start: each of the three has at most one event pending at a
+    /// time, so it waits beside the timeline with its sequence number, and the next event is
+    /// the earliest of four. The order is the one a single queue of all events would give.
     fn run(&mut self) {
-        while let Some((at, kind)) = self.timeline.pop() {
+        loop {
+            let mut next = self
+                .timeline
+                .peek()
+                .map(|(at, seq)| (at, seq, Source::Timeline));
+            for (due, source) in [
+                (self.arrival, Source::Arrival),
+                (self.deadline_timer, Source::Deadlines),
+                (self.second_due(), Source::Second),
+            ] {
+                if let Some((at, seq)) = due
+                    && next.is_none_or(|(n_at, n_seq, _)| (at, seq) < (n_at, n_seq))
+                {
+                    next = Some((at, seq, source));
+                }
+            }
+            let Some((at, _, source)) = next else {
+                break;
+            };
             if at > self.end && self.outstanding == 0 {
                 break;
             }
             self.now = at;
             self.events += 1;
-            match kind {
-                Kind::Arrival => {
+            let kind = match source {
+                Source::Timeline => match self.timeline.pop() {
+                    Some((_, kind)) => kind,
+                    None => break,
+                },
+                Source::Arrival => {
+                    self.arrival = None;
                     self.new_request(None);
                     if let Some(open) = &self.open
                         && let Some(next) = open.next_after(at, &mut self.rng_arrivals)
                         && next < self.end
                     {
-                        self.push(next, Kind::Arrival);
+                        self.arrival = Some((next, self.schedule()));
                     }
+                    continue;
                 }
+                Source::Deadlines => {
+                    self.deadline_timer = None;
+                    self.deadlines();
+                    continue;
+                }
+                Source::Second => {
+                    let s = self.next_second;
+                    self.next_second += 1;
+                    self.end_second(s);
+                    continue;
+                }
+            };
+            match kind {
                 Kind::Worker(w) => {
                     if at < self.end {
                         self.new_request(Some(w));
@@ -301,7 +386,6 @@ impl<'a> Run<'a> {
                 }
                 Kind::Retry(idx) => self.start(idx),
                 Kind::Done(token) => self.done(token),
-                Kind::Deadlines => self.deadlines(),
                 Kind::Tick(i) => {
                     let i = usize::from(i);
                     if self.tick_at[i] == at {
@@ -313,7 +397,6 @@ impl<'a> Run<'a> {
                     }
                 }
                 Kind::Change(k) => self.change(k as usize),
-                Kind::Second(s) => self.end_second(s),
             }
         }
     }
@@ -395,9 +478,8 @@ impl<'a> Run<'a> {
             a.generation
         };
         self.deadlines.push_back((deadline, idx, generation));
-        if !self.deadline_armed {
-            self.deadline_armed = true;
-            self.push(deadline, Kind::Deadlines);
+        if self.deadline_timer.is_none() {
+            self.deadline_timer = Some((deadline, self.schedule()));
         }
         let priority = self.attempts[idx as usize].priority;
         match &mut self.front {
@@ -582,7 +664,6 @@ impl<'a> Run<'a> {
     /// Callers whose deadline passed give up.
     fn deadlines(&mut self) {
         let now = self.now;
-        self.deadline_armed = false;
         while let Some(&(at, idx, generation)) = self.deadlines.front() {
             if at > now {
                 break;
@@ -609,8 +690,7 @@ impl<'a> Run<'a> {
             self.drain(i);
         }
         if let Some(&(at, _, _)) = self.deadlines.front() {
-            self.deadline_armed = true;
-            self.push(at, Kind::Deadlines);
+            self.deadline_timer = Some((at, self.schedule()));
         }
     }
 
