@@ -1,12 +1,14 @@
 //! The event-driven engine: clients, a protection per arm, and the service, in virtual
 //! nanoseconds.
 //!
-//! One run is one arm at one load point, single-threaded: a [`Timeline`] of events (in time
-//! order, in scheduling order within a nanosecond), the client and service models of `tidegate-model`, and, for a gate arm, one
+//! One run is one arm at one load point, single-threaded: events in time order (in
+//! scheduling order within a nanosecond) on a timeline (a radix heap, `timeline.rs`) and
+//! beside it, the client and service models of `tidegate-model`, and, for a gate arm, one
 //! unchanged `tidegate_core` [`Gate`] per service instance, driven exactly as a proxy drives
-//! it (`arrive`, `complete`, `cancel`, `tick` at `next_tick`, `poll_event`). Runs of different
-//! arms and load points are independent and may go on threads ([`run_all`]); the output order
-//! is fixed, so the same file and seed give byte-identical output whatever the threads.
+//! it (`arrive`, `complete`, `cancel`, `tick` at `next_tick`, `poll_event`). Runs of
+//! different arms and load points are independent and may go on threads ([`run_all`]); the
+//! output order is fixed, so the same file and seed give byte-identical output whatever the
+//! threads.
 //!
 //! Randomness comes from separate seeded streams, one per source: arrivals, request mix
 //! (tiers and keys), work-time spread and nothing else. Every request draws its arrival gap,
@@ -115,21 +117,20 @@ enum Kind {
     Change(u32),
 }
 
-/// Where the next event comes from: the timeline, or one of the three kinds of event of
-/// which at most one is pending at a time, kept beside the timeline (see [`Run::run`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Source {
-    Timeline,
-    /// The next open-loop arrival.
-    Arrival,
-    /// The earliest client deadline.
-    Deadlines,
-    /// The end of a second of the per-second series.
-    Second,
+/// When an event kept beside the timeline (see [`Run::run`]) is due, and its place in the
+/// order of scheduling, as one number that orders as `(time, sequence)` does.
+type Due = u128;
+
+/// No event pending.
+const NOT_PENDING: Due = u128::MAX;
+
+fn due(at: Time, seq: u64) -> Due {
+    u128::from(at.as_nanos()) << 64 | u128::from(seq)
 }
 
-/// When a pending event is due, and its place in the order of scheduling.
-type Due = (Time, u64);
+fn due_time(due: Due) -> Time {
+    Time::from_nanos((due >> 64) as u64)
+}
 
 /// One attempt of a request, in a slab slot.
 #[derive(Debug)]
@@ -175,13 +176,16 @@ struct Run<'a> {
     /// Events scheduled so far, on the timeline or beside it: the sequence number of the
     /// next one orders it after them among the events due at the same nanosecond.
     scheduled: u64,
-    /// The next open-loop arrival, if one is scheduled.
-    arrival: Option<Due>,
+    /// The next open-loop arrival.
+    arrival: Due,
     /// The timer of the earliest client deadline, while one is armed.
-    deadline_timer: Option<Due>,
-    /// The next end of a second of the series and the sequence number of the first; the
-    /// ends of seconds are all scheduled at the start, one after the other.
+    deadline_timer: Due,
+    /// The next end of a second of the series, its number, the number of seconds, and the
+    /// sequence number of the first: the ends of seconds are all scheduled at the start, one
+    /// after the other.
+    second_end: Due,
     next_second: u32,
+    seconds: u32,
     first_second: u64,
     events: u64,
     instances: Vec<Instance>,
@@ -239,9 +243,13 @@ impl<'a> Run<'a> {
             warmup: Time::ZERO + scenario.warmup,
             timeline: Timeline::new(),
             scheduled: 0,
-            arrival: None,
-            deadline_timer: None,
+            arrival: NOT_PENDING,
+            deadline_timer: NOT_PENDING,
+            second_end: NOT_PENDING,
             next_second: 1,
+            seconds: (scenario.duration.as_nanos() / 1_000_000_000)
+                .try_into()
+                .unwrap_or(u32::MAX),
             first_second: 0,
             events: 0,
             instances: (0..n).map(|_| scenario.service.instance()).collect(),
@@ -284,7 +292,7 @@ impl<'a> Run<'a> {
             && let Some(first) = open.next_after(Time::ZERO, &mut self.rng_arrivals)
             && first < self.end
         {
-            self.arrival = Some((first, self.schedule()));
+            self.arrival = due(first, self.schedule());
         }
         if let Some(workers) = self.scenario.load.workers
             && self.open.is_none()
@@ -304,18 +312,18 @@ impl<'a> Run<'a> {
             }
         }
         self.first_second = self.scheduled + 1;
-        self.scheduled += self.seconds();
+        self.scheduled += u64::from(self.seconds);
+        self.second_end = self.second_due();
     }
 
-    /// Seconds in the per-second series.
-    fn seconds(&self) -> u64 {
-        self.scenario.duration.as_nanos() / 1_000_000_000
-    }
-
-    /// The next end of a second, if one is left.
-    fn second_due(&self) -> Option<Due> {
-        let s = u64::from(self.next_second);
-        (s <= self.seconds()).then(|| (Time::ZERO + Nanos::from_secs(s), self.first_second + s - 1))
+    /// The end of second `next_second`, if it is one of the series.
+    fn second_due(&self) -> Due {
+        let s = self.next_second;
+        if s > self.seconds {
+            return NOT_PENDING;
+        }
+        let s = u64::from(s);
+        due(Time::ZERO + Nanos::from_secs(s), self.first_second + s - 1)
     }
 
     /// Handles the events in `(time, sequence)` order until none is left, or the clients
@@ -327,56 +335,49 @@ impl<'a> Run<'a> {
     /// the earliest of four. The order is the one a single queue of all events would give.
     fn run(&mut self) {
         loop {
-            let mut next = self
+            let on_timeline = self
                 .timeline
                 .peek()
-                .map(|(at, seq)| (at, seq, Source::Timeline));
-            for (due, source) in [
-                (self.arrival, Source::Arrival),
-                (self.deadline_timer, Source::Deadlines),
-                (self.second_due(), Source::Second),
-            ] {
-                if let Some((at, seq)) = due
-                    && next.is_none_or(|(n_at, n_seq, _)| (at, seq) < (n_at, n_seq))
-                {
-                    next = Some((at, seq, source));
-                }
-            }
-            let Some((at, _, source)) = next else {
+                .map_or(NOT_PENDING, |(at, seq)| due(at, seq));
+            let next = on_timeline
+                .min(self.arrival)
+                .min(self.deadline_timer)
+                .min(self.second_end);
+            if next == NOT_PENDING {
                 break;
-            };
+            }
+            let at = due_time(next);
             if at > self.end && self.outstanding == 0 {
                 break;
             }
             self.now = at;
             self.events += 1;
-            let kind = match source {
-                Source::Timeline => match self.timeline.pop() {
-                    Some((_, kind)) => kind,
-                    None => break,
-                },
-                Source::Arrival => {
-                    self.arrival = None;
-                    self.new_request(None);
-                    if let Some(open) = &self.open
-                        && let Some(next) = open.next_after(at, &mut self.rng_arrivals)
-                        && next < self.end
-                    {
-                        self.arrival = Some((next, self.schedule()));
-                    }
-                    continue;
+            // Sequence numbers are unique: the one equal to `next` is the source.
+            if next == self.arrival {
+                self.arrival = NOT_PENDING;
+                self.new_request(None);
+                if let Some(open) = &self.open
+                    && let Some(next) = open.next_after(at, &mut self.rng_arrivals)
+                    && next < self.end
+                {
+                    self.arrival = due(next, self.schedule());
                 }
-                Source::Deadlines => {
-                    self.deadline_timer = None;
-                    self.deadlines();
-                    continue;
-                }
-                Source::Second => {
-                    let s = self.next_second;
-                    self.next_second += 1;
-                    self.end_second(s);
-                    continue;
-                }
+                continue;
+            }
+            if next == self.deadline_timer {
+                self.deadline_timer = NOT_PENDING;
+                self.deadlines();
+                continue;
+            }
+            if next == self.second_end {
+                let s = self.next_second;
+                self.next_second += 1;
+                self.second_end = self.second_due();
+                self.end_second(s);
+                continue;
+            }
+            let Some((_, kind)) = self.timeline.pop() else {
+                break;
             };
             match kind {
                 Kind::Worker(w) => {
@@ -478,8 +479,8 @@ impl<'a> Run<'a> {
             a.generation
         };
         self.deadlines.push_back((deadline, idx, generation));
-        if self.deadline_timer.is_none() {
-            self.deadline_timer = Some((deadline, self.schedule()));
+        if self.deadline_timer == NOT_PENDING {
+            self.deadline_timer = due(deadline, self.schedule());
         }
         let priority = self.attempts[idx as usize].priority;
         match &mut self.front {
@@ -690,7 +691,7 @@ impl<'a> Run<'a> {
             self.drain(i);
         }
         if let Some(&(at, _, _)) = self.deadlines.front() {
-            self.deadline_timer = Some((at, self.schedule()));
+            self.deadline_timer = due(at, self.schedule());
         }
     }
 
