@@ -26,8 +26,7 @@
 //! limit), and the late answer is the plainest overload signal there is.
 //!
 //! **Client timeouts** are the same for every attempt, so deadlines fall in the order the
-//! attempts started: they wait in a FIFO behind a single timer event instead of one timeline
-//! event each.
+//! attempts started: they wait in a FIFO behind a single timer instead of one event each.
 
 mod timeline;
 
