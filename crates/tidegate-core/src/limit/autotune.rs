@@ -122,7 +122,9 @@ enum Move {
 ///   if latency is proportional to concurrency), at most halving;
 /// - `ratio < tol / 2` and the limit is in use (largest inflight >= limit / 2): grow by
 ///   `max(1, log10(limit))`, except back to the limit that last drew drops, which waits
-///   for 10 such windows (a probe of it; a window at it that asks to grow clears it);
+///   for 10 such windows, doubled after each retry that drew drops again (up to 160) and
+///   halved after one that held; the limit grows past a retried level only once it has
+///   held there for 10 windows;
 /// - otherwise hold.
 ///
 /// `tol` grows as `1/sqrt(limit)`: a mean over fewer concurrent requests is noisier, and at small
@@ -157,8 +159,11 @@ enum Move {
 /// next window runs at `limit x 0.75`, as BBR's ProbeRTT drains its queue to re-measure the
 /// minimum rtt: the baseline sees a lighter load and the next check has a spread. The limit is
 /// then restored, unless the probe window itself asked for less. The window after any
-/// deliberate change is not measured, and smoothing restarts after it. Cost at the knee: one
-/// window in about twelve at 3/4 of the limit.
+/// deliberate change is not measured, and smoothing restarts after it. A probe that lowered
+/// the baseline by less than 5% found nothing, and the next one waits for twice as many
+/// steady checks (up to 16); one that found something, a reset or a re-anchoring brings
+/// them back to every check. Cost at the knee: one window in about twelve at 3/4 of the
+/// limit at first, one in about 190 once settled.
 ///
 /// Defaults: initial 20, range 1..=1000 (Cinnamon is zero-configuration and started at ~240 in
 /// its experiment; 20 is the convention of the other limits here), and the values above, chosen
