@@ -222,9 +222,10 @@ fn cinnamon_default_protects_tier_one_first_above_capacity() {
 }
 
 /// The capacity demo's bad release (1 s -> 2 s of work) with the capacity learnt, not known:
-/// the default beats the demo's adaptive quota (2.4-2.7 ok/s) and its AIMD arm here. The
-/// target of 3.3 ok/s is missed narrowly at full length (3.28; see docs/algorithms.md,
-/// "The default, and why").
+/// the default beats the demo's adaptive quota (2.4-2.7 ok/s) and its AIMD arm here. At
+/// full length it meets the target of 3.3 ok/s on most seeds (3.25-3.40 over the file's and
+/// seeds 1-5; see docs/algorithms.md, "The default, and why"); shortened to 150 s, the
+/// steady state still holds the learning after the change (3.10-3.22).
 #[test]
 fn capacity_adaptive_default_beats_the_demos_adaptive_quota() {
     let report = run("capacity-adaptive", 150);

@@ -17,6 +17,10 @@ use crate::time::{Nanos, Time};
 /// Windows per covariance check (about 5 s at the default 500 ms window).
 const RING: usize = 10;
 
+/// Most doublings of the wait before a limit that drew drops is tried again, and of the
+/// rings between probes that found nothing: at most 16 times the first wait.
+const MAX_DOUBLINGS: u32 = 4;
+
 /// Configuration of [`Autotune`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -118,7 +122,9 @@ enum Move {
 ///   if latency is proportional to concurrency), at most halving;
 /// - `ratio < tol / 2` and the limit is in use (largest inflight >= limit / 2): grow by
 ///   `max(1, log10(limit))`, except back to the limit that last drew drops, which waits
-///   for 10 such windows (a probe of it; a window at it that asks to grow clears it);
+///   for 10 such windows, doubled after each retry that drew drops again (up to 160) and
+///   halved after one that held; the limit grows past a retried level only once it has
+///   held there for 10 windows;
 /// - otherwise hold.
 ///
 /// `tol` grows as `1/sqrt(limit)`: a mean over fewer concurrent requests is noisier, and at small
@@ -153,8 +159,11 @@ enum Move {
 /// next window runs at `limit x 0.75`, as BBR's ProbeRTT drains its queue to re-measure the
 /// minimum rtt: the baseline sees a lighter load and the next check has a spread. The limit is
 /// then restored, unless the probe window itself asked for less. The window after any
-/// deliberate change is not measured, and smoothing restarts after it. Cost at the knee: one
-/// window in about twelve at 3/4 of the limit.
+/// deliberate change is not measured, and smoothing restarts after it. A probe that lowered
+/// the baseline by less than 5% found nothing, and the next one waits for twice as many
+/// steady checks (up to 16); one that found something, a reset or a re-anchoring brings
+/// them back to every check. Cost at the knee: one window in about twelve at 3/4 of the
+/// limit at first, one in about 190 once settled.
 ///
 /// Defaults: initial 20, range 1..=1000 (Cinnamon is zero-configuration and started at ~240 in
 /// its experiment; 20 is the convention of the other limits here), and the values above, chosen
@@ -183,6 +192,22 @@ pub struct Autotune {
     drop_level: Option<f64>,
     /// Windows that asked to grow since the last backoff for drops.
     clean: u32,
+    /// Retries of a limit that drew drops which drew drops again, less those that held
+    /// for `RING` windows (at most [`MAX_DOUBLINGS`]): the wait before the next retry is
+    /// `RING << retries`.
+    retries: u32,
+    /// The limit went back to the level that drew drops since the last backoff.
+    retried: bool,
+    /// Windows at or above the level that drew drops that asked to grow since it was
+    /// retried.
+    held: u32,
+    /// Probes in a row that lowered nothing (at most [`MAX_DOUBLINGS`]): the next probe
+    /// waits for `1 << idle_probes` rings without spread.
+    idle_probes: u32,
+    /// Rings without spread since the last probe.
+    steady_rings: u32,
+    /// While probing: the baseline before the probe, to tell whether it found anything.
+    probe_base: Option<f64>,
     started: bool,
     window_start: Time,
     samples: u32,
@@ -214,6 +239,12 @@ impl Autotune {
             futile: 0,
             drop_level: None,
             clean: 0,
+            retries: 0,
+            retried: false,
+            held: 0,
+            idle_probes: 0,
+            steady_rings: 0,
+            probe_base: None,
             started: false,
             window_start: Time::ZERO,
             samples: 0,
@@ -269,8 +300,16 @@ impl Autotune {
                 .backoff
                 .clamp(0.0, 1.0)
                 .min(1.0 - drop_fraction / 2.0);
+            // A retry of the limit that drew drops drew them again: wait twice as long
+            // before the next one. The capacity demo's 8 (one request queued in a pool of 7
+            // workers, callers with 0.5 s of slack) drew drops at every retry; at a retry
+            // every 10 windows of 3 s, a sixth of the time was spent at 8 or backing off.
+            if std::mem::take(&mut self.retried) {
+                self.retries = (self.retries + 1).min(MAX_DOUBLINGS);
+            }
             self.drop_level = Some(self.limit.round());
             self.clean = 0;
+            self.held = 0;
             self.limit = (self.limit * factor).min(self.limit.round() - 1.0);
             self.settling = true;
             self.shrunk = None;
@@ -301,14 +340,35 @@ impl Autotune {
                 .drop_level
                 .is_some_and(|level| self.limit.round() >= level)
             {
+                // The level held for a window: growing further is a retry of it. It must
+                // hold for `RING` windows to shorten the next wait (one window of 10
+                // samples without drops is weak evidence: 8 in the capacity demo draws
+                // one drop in ten requests).
                 self.drop_level = None;
+                self.retried = true;
+            }
+            if self.retried {
+                // Not past a retried level until it has held for `RING` windows: one
+                // window of 10 samples without drops is weak evidence (8 in the capacity
+                // demo draws one drop in ten requests, and growing on at once reached 10).
+                self.held += 1;
+                if self.held < RING as u32 {
+                    return Move::Hold;
+                }
+                self.held = 0;
+                self.retried = false;
+                self.retries = self.retries.saturating_sub(1);
             }
             let grown = self.limit + self.limit.log10().max(1.0);
+            let wait = (RING as u32) << self.retries;
             if self
                 .drop_level
-                .is_some_and(|level| grown.round() >= level && self.clean < RING as u32)
+                .is_some_and(|level| grown.round() >= level && self.clean < wait)
             {
                 return Move::Hold;
+            }
+            if self.drop_level.is_some_and(|level| grown.round() >= level) {
+                self.retried = true;
             }
             self.limit = grown;
             Move::Grow
@@ -372,17 +432,27 @@ impl Autotune {
                 self.srtt = None;
                 self.shrunk = None;
                 self.settling = true;
+                self.idle_probes = 0;
             }
             Some(e) if shrank * 2 > RING && e > self.config.high_elasticity => {
                 self.base = self.srtt;
+                self.idle_probes = 0;
             }
             Some(_) => {}
             None => {
                 // Too steady to tell: dip for one window, as BBR's ProbeRTT does, so that the
                 // baseline sees a lighter load and the next check has a spread to judge.
-                self.probe = Some(self.limit);
-                self.limit *= self.config.probe_factor.clamp(0.0, 1.0);
-                self.settling = true;
+                // Probes that found nothing come at doubling intervals (up to 16 rings): at
+                // the knee each costs a window at 3/4 of the limit and one not measured,
+                // a fifth of the time in the capacity demo (probes every 10 windows of 3 s).
+                self.steady_rings += 1;
+                if self.steady_rings >= 1 << self.idle_probes {
+                    self.steady_rings = 0;
+                    self.probe = Some(self.limit);
+                    self.probe_base = self.base;
+                    self.limit *= self.config.probe_factor.clamp(0.0, 1.0);
+                    self.settling = true;
+                }
             }
         }
         self.filled = 0;
@@ -407,6 +477,17 @@ impl Autotune {
                     self.limit = restore;
                     self.settling = true;
                 }
+                // It found something if it lowered the baseline beyond noise (a baseline
+                // measured under load, as from Kanaloa's 60): probe again at the next ring.
+                let found = match (self.probe_base.take(), self.base) {
+                    (Some(before), Some(after)) => after < before * 0.95,
+                    _ => true,
+                };
+                self.idle_probes = if found || moved == Move::Shrink {
+                    0
+                } else {
+                    (self.idle_probes + 1).min(MAX_DOUBLINGS)
+                };
             }
             if inflight > 0.0 && throughput > 0.0 {
                 self.ring[self.filled] = (inflight.ln(), throughput.ln(), moved);
@@ -828,9 +909,114 @@ mod tests {
         }
         now = window(&mut a, now, 20, rtt, ok);
         assert_eq!(a.limit(), 5);
-        // A window at 5 that asks to grow clears the level: 6 follows at once.
+        // Back at 5, a retry: the limit grows past it only once it has held for 10 windows.
+        for n in 1..10 {
+            now = window(&mut a, now, 20, rtt, ok);
+            assert_eq!(a.limit(), 5, "window {n} at the retried level");
+        }
         window(&mut a, now, 20, rtt, ok);
         assert_eq!(a.limit(), 6);
+    }
+
+    /// Feeds one window of 20 samples at the current limit, 2 of them drops (10%).
+    fn window_with_drops(a: &mut Autotune, start: Time, rtt: Nanos) -> Time {
+        let mut now = start;
+        for i in 0..20 {
+            now += Nanos::from_millis(25);
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: a.limit(),
+                outcome: if i % 10 == 0 {
+                    Outcome::Dropped
+                } else {
+                    Outcome::Success
+                },
+            });
+        }
+        now
+    }
+
+    #[test]
+    fn a_retry_that_draws_drops_again_doubles_the_wait_and_one_that_holds_halves_it() {
+        // The capacity demo's 8 for 7 workers: latency hardly tells, every retry draws
+        // drops. Retries every 10 windows spent a sixth of the time at 8 or backing off.
+        let (rtt, ok) = (Nanos::from_millis(100), Outcome::Success);
+        let mut a = Autotune::new(&config(5));
+        a.on_sample(&Sample {
+            now: Time::ZERO,
+            rtt,
+            inflight: 5,
+            outcome: ok,
+        });
+        let mut now = window_with_drops(&mut a, Time::ZERO, rtt);
+        assert_eq!(a.limit(), 4);
+        // Windows asking to grow (the first after a backoff is not measured) until the
+        // limit is back at 5; returns how many it took. Probes (a window at 3/4 and one not
+        // measured, every few rings) add a few.
+        let back_to_five = |a: &mut Autotune, now: &mut Time| {
+            *now = window(a, *now, 20, rtt, ok);
+            let mut n = 0;
+            while a.limit() < 5 {
+                *now = window(a, *now, 20, rtt, ok);
+                n += 1;
+                assert!(n < 200, "never retried");
+            }
+            n
+        };
+        assert_eq!(back_to_five(&mut a, &mut now), 10);
+        for wait in [20, 40, 80, 160, 160] {
+            now = window_with_drops(&mut a, now, rtt);
+            assert_eq!(a.limit(), 4);
+            let n = back_to_five(&mut a, &mut now);
+            assert!((wait..wait + 6).contains(&n), "{n} windows, not {wait}");
+        }
+        // This time 5 holds for 10 windows: the limit grows past it and the next wait is
+        // halved (160 to 80).
+        for _ in 0..10 {
+            now = window(&mut a, now, 20, rtt, ok);
+        }
+        assert_eq!(a.limit(), 6);
+        now = window_with_drops(&mut a, now, rtt);
+        assert_eq!(a.limit(), 5);
+        now = window(&mut a, now, 20, rtt, ok);
+        let mut n = 0;
+        while a.limit() < 6 {
+            now = window(&mut a, now, 20, rtt, ok);
+            n += 1;
+        }
+        assert!((80..86).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn probes_that_find_nothing_come_at_doubling_intervals() {
+        // A steady load well under the limit: latency flat, inflight constant, so every
+        // ring is too steady to judge. Each probe (a window at 15 for 20) finds the same
+        // latency; the next waits for twice as many rings, up to 16. At one probe per ring
+        // they cost a fifth of the time in the capacity demo (windows of 3 s).
+        let mut a = Autotune::new(&config(20));
+        let mut probes = Vec::new();
+        let mut probing = false;
+        for w in 0..400u64 {
+            for i in 1..=20u64 {
+                let now = Time::ZERO + Nanos::from_millis(500 * w + 25 * i);
+                a.on_sample(&Sample {
+                    now,
+                    rtt: Nanos::from_millis(100),
+                    inflight: 4,
+                    outcome: Outcome::Success,
+                });
+            }
+            // A probe is a window at 15 and the one after it, not measured.
+            if a.limit() == 15 && !probing {
+                probes.push(w);
+            }
+            probing = a.limit() == 15;
+        }
+        assert_eq!(a.limit(), 20);
+        // A ring is 10 measured windows, and a probe adds 2: 2, 4, 8 and 16 rings.
+        let gaps: Vec<u64> = probes.windows(2).map(|p| p[1] - p[0]).collect();
+        assert_eq!(gaps, [22, 42, 82, 162], "probes at {probes:?}");
     }
 
     #[test]
