@@ -189,11 +189,32 @@ impl CohortMap {
     /// The cohort (0..=127) of `key` at wall-clock time `wall` (nanoseconds since the Unix
     /// epoch, or any origin all instances share).
     pub fn cohort(&self, key: &[u8], wall: Time) -> u8 {
+        self.cohort_until(key, wall).0
+    }
+
+    /// The cohort of `key` at `wall`, as [`CohortMap::cohort`], and the time until which the
+    /// key keeps it: from `wall` up to (excluding) that time, `cohort` gives the same answer.
+    /// For a caller that maps the same keys again and again (the simulator) and can keep
+    /// each answer until then instead of hashing on every request.
+    pub fn cohort_until(&self, key: &[u8], wall: Time) -> (u8, Time) {
         let key_hash = stable_hash(key, self.salt);
         let rotation = self.rotation.as_nanos().max(1);
         let offset = key_hash % rotation;
-        let epoch = wall.as_nanos().wrapping_add(offset) / rotation;
-        (splitmix64(key_hash ^ splitmix64(epoch)) % u64::from(COHORTS)) as u8
+        let (shifted, wrapped) = wall.as_nanos().overflowing_add(offset);
+        let epoch = shifted / rotation;
+        let cohort = (splitmix64(key_hash ^ splitmix64(epoch)) % u64::from(COHORTS)) as u8;
+        // The epoch changes where the shifted time reaches the next multiple of the rotation,
+        // or, if the shift has not wrapped yet, where it wraps. In u128, where none of this
+        // overflows; past u64::MAX, the answer holds to the end of time.
+        let wrap = 1u128 << 64;
+        let next_epoch = (u128::from(epoch) + 1) * u128::from(rotation);
+        let until = if wrapped {
+            next_epoch + wrap - u128::from(offset)
+        } else {
+            (next_epoch - u128::from(offset)).min(wrap - u128::from(offset))
+        };
+        let until = u64::try_from(until).unwrap_or(u64::MAX);
+        (cohort, Time::from_nanos(until))
     }
 }
 
@@ -284,6 +305,43 @@ mod tests {
             moved < 250,
             "{moved} of 10000 keys moved in 1% of a rotation"
         );
+    }
+
+    #[test]
+    fn cohort_until_gives_the_span_of_the_cohort() {
+        let map = CohortMap {
+            rotation: Nanos::from_secs(600),
+            salt: 7,
+        };
+        let rotation = map.rotation.as_nanos();
+        let mut changes = 0;
+        for user in 0u64..200 {
+            let key = user.to_le_bytes();
+            let wall = Time::from_nanos(user * 7_919_000_000);
+            let (cohort, until) = map.cohort_until(&key, wall);
+            assert_eq!(cohort, map.cohort(&key, wall));
+            assert!(until > wall && until.as_nanos() - wall.as_nanos() <= rotation);
+            let last = Time::from_nanos(until.as_nanos() - 1);
+            assert_eq!(map.cohort(&key, last), cohort, "user {user}");
+            // From `until` on, the next epoch, a whole rotation long.
+            let (next, next_until) = map.cohort_until(&key, until);
+            assert_eq!(next_until.as_nanos() - until.as_nanos(), rotation);
+            changes += usize::from(next != cohort);
+        }
+        assert!(
+            changes > 150,
+            "the next epoch draws a new cohort: {changes}"
+        );
+        // Near the end of time: the shift wraps, and the answer still holds until `until`.
+        for wall in [u64::MAX - 1, u64::MAX - rotation / 2, u64::MAX / 2] {
+            for user in 0u64..50 {
+                let key = user.to_le_bytes();
+                let (cohort, until) = map.cohort_until(&key, Time::from_nanos(wall));
+                assert!(until.as_nanos() > wall || until == Time::MAX);
+                let last = Time::from_nanos(until.as_nanos() - 1);
+                assert_eq!(map.cohort(&key, last), cohort, "wall {wall} user {user}");
+            }
+        }
     }
 
     #[test]

@@ -35,6 +35,13 @@ impl Ticket {
     pub fn id(self) -> u64 {
         u64::from(self.generation) << 32 | u64::from(self.index)
     }
+
+    /// The queue slot the entry occupies: below the most entries the queue ever held at once,
+    /// and reused once the entry leaves, so that a caller can keep a table indexed by it
+    /// instead of a map (telling a reused slot's tickets apart by the whole ticket).
+    pub fn slot(self) -> usize {
+        self.index as usize
+    }
 }
 
 /// What the queue holds about one waiting request.

@@ -350,9 +350,19 @@ pub struct Mix {
     cumulative: Vec<(f64, u8)>,
     keys: u32,
     cohorts: CohortMap,
+    /// Each key's last cohort and until when it holds ([`CohortMap::cohort_until`]): a key
+    /// keeps its cohort for minutes, so most draws find it here instead of hashing. Packed
+    /// in 8 bytes so that the table stays in cache: the time in nanoseconds rounded down to
+    /// a multiple of 128 (a key is hashed again up to 127 ns early, which changes nothing),
+    /// the cohort (0..=127) in the low 7 bits. Empty (every draw hashes) past
+    /// [`Mix::CACHED_KEYS`] keys.
+    cached: Vec<u64>,
 }
 
 impl Mix {
+    /// The most keys whose cohorts are kept (8 bytes each).
+    pub const CACHED_KEYS: u32 = 1 << 20;
+
     pub fn new(config: &LoadConfig) -> Mix {
         let total: f64 = config.tiers.iter().map(|t| t.weight.get()).sum();
         let mut acc = 0.0;
@@ -364,15 +374,22 @@ impl Mix {
                 (acc, t.tier)
             })
             .collect();
+        let cached = if config.keys <= Mix::CACHED_KEYS {
+            // Holds until time 0: the first draw of each key hashes it.
+            vec![0; config.keys as usize]
+        } else {
+            Vec::new()
+        };
         Mix {
             cumulative,
             keys: config.keys,
             cohorts: config.cohorts,
+            cached,
         }
     }
 
     /// A request's priority at `now` (the run's time stands in for the shared wall clock).
-    pub fn draw(&self, rng: &mut Rng, now: Time) -> Priority {
+    pub fn draw(&mut self, rng: &mut Rng, now: Time) -> Priority {
         let u = rng.next_f64();
         let tier = self
             .cumulative
@@ -384,7 +401,18 @@ impl Mix {
             0
         } else {
             let key = rng.range_inclusive(0, i64::from(self.keys) - 1) as u64;
-            self.cohorts.cohort(&key.to_le_bytes(), now)
+            const COHORT_BITS: u64 = 0x7f;
+            match self.cached.get_mut(key as usize) {
+                Some(entry) if now.as_nanos() < *entry & !COHORT_BITS => {
+                    (*entry & COHORT_BITS) as u8
+                }
+                Some(entry) => {
+                    let (cohort, until) = self.cohorts.cohort_until(&key.to_le_bytes(), now);
+                    *entry = until.as_nanos() & !COHORT_BITS | u64::from(cohort);
+                    cohort
+                }
+                None => self.cohorts.cohort(&key.to_le_bytes(), now),
+            }
         };
         Priority::new(tier.into(), cohort.into()).unwrap_or_default()
     }
@@ -448,7 +476,7 @@ mod tests {
         let l = load(
             "timeout = \"1s\"\nrate = 1\nkeys = 1000\ntiers = [{ tier = 1, weight = 1 }, { tier = 5, weight = 3 }]\n",
         );
-        let mix = Mix::new(&l);
+        let mut mix = Mix::new(&l);
         let mut rng = Rng::seed(4);
         let draws: Vec<Priority> = (0..40_000)
             .map(|_| mix.draw(&mut rng, Time::ZERO))
@@ -458,6 +486,26 @@ mod tests {
         assert!(draws.iter().all(|p| p.tier() == 1 || p.tier() == 5));
         let cohorts: std::collections::HashSet<u8> = draws.iter().map(|p| p.cohort()).collect();
         assert!(cohorts.len() > 100, "keys spread over the cohorts");
+    }
+
+    #[test]
+    fn cached_cohorts_are_the_cohort_maps_own() {
+        // 50 keys over 20 rotations of 1 s: every key changes cohort many times.
+        let l = load("timeout = \"1s\"\nrate = 1\nkeys = 50\ncohorts = { rotation = \"1s\" }\n");
+        let mut mix = Mix::new(&l);
+        let mut rng = Rng::seed(8);
+        for i in 0..20_000u64 {
+            let now = Time::from_nanos(i * 997_000);
+            let mut replay = rng.clone();
+            let drawn = mix.draw(&mut rng, now);
+            replay.next_f64(); // the tier
+            let key = replay.range_inclusive(0, 49) as u64;
+            assert_eq!(
+                drawn.cohort(),
+                l.cohorts.cohort(&key.to_le_bytes(), now),
+                "draw {i}"
+            );
+        }
     }
 
     #[test]

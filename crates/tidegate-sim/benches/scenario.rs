@@ -1,12 +1,16 @@
 //! The scenario engine's speed: events per second on the seed scenarios, and the time to run
 //! one whole scenario file, all arms.
 //!
-//! `cargo bench -p tidegate-sim --bench scenario` measures, with criterion, one arm of
-//! `kanaloa-positive` (`tidegate default`, the full 120 s run) and reports its events per
-//! second as the throughput; then it times every seed scenario in full, all arms and load
-//! points on the available cores, and prints the wall-clock time and the engine's events per
-//! second. Under `cargo test --bench scenario` it runs each measurement once, on scenarios
-//! shortened to 5 s, as a smoke test.
+//! `cargo bench -p tidegate-sim --bench scenario` measures, with criterion, one run of the
+//! `tidegate default` arm of `kanaloa-positive` (the full 180 s) and of `cinnamon-tiers` at
+//! 4,000 rps (the full 300 s), each on one thread, and reports its events per second as the
+//! throughput (`thrpt`, in Melem/s: millions of events per second); then it times every seed
+//! scenario in full, all arms and load points on the available cores, and prints the
+//! wall-clock time and the engine's events per second. Under `cargo test --bench scenario`
+//! it runs each measurement once, on scenarios shortened to 5 s, as a smoke test.
+//!
+//! An event is one the engine takes from its timeline and handles: an arrival, a completion
+//! by the service, a client deadline, a gate's tick, a capacity change, the end of a second.
 
 #![allow(
     clippy::expect_used,
@@ -40,22 +44,30 @@ fn main() {
         }
     };
 
-    let kanaloa = shorten(load("kanaloa-positive"));
-    let arm = kanaloa
-        .arms
-        .iter()
-        .find(|a| a.name == "tidegate default")
-        .expect("the default arm");
-    let events = run_arm(&kanaloa, arm, None).events;
     let mut criterion = Criterion::default().configure_from_args();
     if !smoke {
         criterion = criterion.sample_size(10);
     }
     let mut group = criterion.benchmark_group("engine");
-    group.throughput(Throughput::Elements(events));
-    group.bench_function("kanaloa-positive/tidegate default", |b| {
-        b.iter(|| run_arm(&kanaloa, arm, None))
-    });
+    // One arm at one load point each, on one thread; the throughput is the run's events.
+    for (name, arm_name, point) in [
+        ("kanaloa-positive", "tidegate default", None),
+        ("cinnamon-tiers", "tidegate default", Some(4000.0)),
+    ] {
+        let scenario = shorten(load(name));
+        let arm = scenario
+            .arms
+            .iter()
+            .find(|a| a.name == arm_name)
+            .expect("the arm");
+        let events = run_arm(&scenario, arm, point).events;
+        group.throughput(Throughput::Elements(events));
+        let id = match point {
+            Some(rps) => format!("{name}@{rps}/{arm_name}"),
+            None => format!("{name}/{arm_name}"),
+        };
+        group.bench_function(id, |b| b.iter(|| run_arm(&scenario, arm, point)));
+    }
     group.finish();
 
     let jobs = std::thread::available_parallelism().map_or(1, usize::from);

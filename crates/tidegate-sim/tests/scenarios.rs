@@ -124,6 +124,9 @@ fn kanaloa_positive_drowns_unprotected_and_default_holds_its_latency() {
     let default = steady(&report, "tidegate default", 250.0);
     assert!(default.p99_ms.unwrap() <= 250.0, "{default:?}");
     assert!(default.goodput_rps >= 0.95 * 200.0, "{default:?}");
+    // Within 20% of its settled value within 50 unloaded service times (10 s).
+    let settle = arm(&report, "tidegate default", 250.0).settle_s;
+    assert!(settle.is_some_and(|s| s <= 10.0), "{settle:?}");
 }
 
 #[test]
@@ -183,6 +186,57 @@ fn cinnamon_no_shedder_dies_above_capacity_and_tiers_are_protected() {
             "{name}: {run:?}"
         );
     }
+}
+
+/// The targets of `tidegate default` at 3,000 and 4,000 rps (2.3x and 3x the capacity of
+/// 1,300): goodput at least 95% of the capacity, tier 5 shed in full while tier 1 loses
+/// anything, tier-1 P50 within 1.2x the unloaded P50. 90 s instead of 300: the limit takes
+/// about 20 s to grow from 20 to its settled ~85 per instance.
+#[test]
+fn cinnamon_default_protects_tier_one_first_above_capacity() {
+    let mut scenario = load("cinnamon-tiers").shortened(Nanos::from_secs(90));
+    scenario
+        .load
+        .rates
+        .retain(|r| [200.0, 3000.0, 4000.0].contains(&r.get()));
+    scenario.arms.retain(|a| a.name == "tidegate default");
+    let report = run_all(&scenario, 2);
+    let unloaded = arm(&report, "tidegate default", 200.0).steady.tiers["1"]
+        .p50_ms
+        .unwrap();
+    for load in [3000.0, 4000.0] {
+        let run = &arm(&report, "tidegate default", load).steady;
+        let (tier1, tier5) = (&run.tiers["1"], &run.tiers["5"]);
+        assert!(run.figures.goodput_rps >= 0.95 * 1300.0, "{load}: {run:?}");
+        assert!(
+            tier1.shed_ratio + tier1.expired_ratio > 0.0,
+            "{load}: more tier 1 than capacity"
+        );
+        assert_eq!(tier5.goodput_rps, 0.0, "{load}: {run:?}");
+        assert!(
+            tier1.p50_ms.unwrap() <= 1.2 * unloaded,
+            "{load}: {} vs {unloaded}",
+            tier1.p50_ms.unwrap()
+        );
+    }
+}
+
+/// The capacity demo's bad release (1 s -> 2 s of work) with the capacity learnt, not known:
+/// the default beats the demo's adaptive quota (2.4-2.7 ok/s) and its AIMD arm here. At
+/// full length it meets the target of 3.3 ok/s on most seeds (3.25-3.40 over the file's and
+/// seeds 1-5; see docs/algorithms.md, "The default, and why"); shortened to 150 s, the
+/// steady state still holds the learning after the change (3.10-3.22).
+#[test]
+fn capacity_adaptive_default_beats_the_demos_adaptive_quota() {
+    let report = run("capacity-adaptive", 150);
+    let default = steady(&report, "tidegate default", 5.0);
+    let demo = steady(&report, "aimd (demo)", 5.0);
+    assert!(default.goodput_rps >= 3.0, "{default:?}");
+    assert!(
+        default.goodput_rps > demo.goodput_rps,
+        "{default:?} vs {demo:?}"
+    );
+    assert!(default.p99_ms.unwrap() < 2_500.0, "{default:?}");
 }
 
 #[test]

@@ -17,6 +17,10 @@ use crate::time::{Nanos, Time};
 /// Windows per covariance check (about 5 s at the default 500 ms window).
 const RING: usize = 10;
 
+/// Most doublings of the wait before a limit that drew drops is tried again, and of the
+/// rings between probes that found nothing: at most 16 times the first wait.
+const MAX_DOUBLINGS: u32 = 4;
+
 /// Configuration of [`Autotune`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -80,6 +84,16 @@ impl Default for AutotuneConfig {
     }
 }
 
+/// A latency shrink, as the window after it will judge it.
+#[derive(Clone, Copy, Debug)]
+struct Shrink {
+    /// The smoothed rtt that asked for it.
+    rtt: f64,
+    /// The rtt to expect after it if the excess over the baseline was a queue, shrinking
+    /// in proportion to the limit.
+    expected_rtt: f64,
+}
+
 /// What the latency rule did in a window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Move {
@@ -101,11 +115,16 @@ enum Move {
 ///
 /// **Latency rule (modified Vegas).** `srtt` = EWMA of `r` (weight 0.5); `base` = lowest `srtt`
 /// since the last reset. With `ratio = srtt / base - 1` and `tol = 1.5 / sqrt(limit)`:
-/// - drops above 5% of the window: `limit x 0.9`;
+/// - drops above 5% of the window: `limit x min(0.9, 1 - f/2)`, `f` the window's drop
+///   fraction (DCTCP's proportional decrease where it is deeper than 0.9), and at least one
+///   request less than the limit in force;
 /// - `ratio > tol`: shrink to `limit x (1 + tol) / (1 + ratio)` (what the tolerance would allow
 ///   if latency is proportional to concurrency), at most halving;
 /// - `ratio < tol / 2` and the limit is in use (largest inflight >= limit / 2): grow by
-///   `max(1, log10(limit))`;
+///   `max(1, log10(limit))`, except back to the limit that last drew drops, which waits
+///   for 10 such windows, doubled after each retry that drew drops again (up to 160) and
+///   halved after one that held; the limit grows past a retried level only once it has
+///   held there for 10 windows;
 /// - otherwise hold.
 ///
 /// `tol` grows as `1/sqrt(limit)`: a mean over fewer concurrent requests is noisier, and at small
@@ -126,14 +145,25 @@ enum Move {
 ///
 /// At the knee the rule mostly holds, so neither fires.
 ///
+/// **Futile shrinks.** A latency shrink from `L` to `L'` expects, if the excess is a queue,
+/// the rtt to fall to `base + (srtt - base) x L'/L`. The first measured window after it
+/// judges it: if the rtt fell by less than half of that, the shrink was futile. Two futile
+/// shrinks in a row re-anchor `base = srtt`: the service got slower, not busier. This is
+/// the covariance check's re-anchoring from the shrinks' own evidence, within two shrinks
+/// instead of ten windows (minutes, at a few answers a second). Shrinks expecting less than
+/// 5% are not judged.
+///
 /// **Probes.** If inflight spread less than 15% over the 10 windows (the limit held steady),
 /// the covariance cannot tell anything, and a baseline measured under load would never be
 /// questioned (started at 60 on the synthetic service, the limit held at 50 for good). So the
 /// next window runs at `limit x 0.75`, as BBR's ProbeRTT drains its queue to re-measure the
 /// minimum rtt: the baseline sees a lighter load and the next check has a spread. The limit is
 /// then restored, unless the probe window itself asked for less. The window after any
-/// deliberate change is not measured, and smoothing restarts after it. Cost at the knee: one
-/// window in about twelve at 3/4 of the limit.
+/// deliberate change is not measured, and smoothing restarts after it. A probe that lowered
+/// the baseline by less than 5% found nothing, and the next one waits for twice as many
+/// steady checks (up to 16); one that found something, a reset or a re-anchoring brings
+/// them back to every check. Cost at the knee: one window in about twelve at 3/4 of the
+/// limit at first, one in about 190 once settled.
 ///
 /// Defaults: initial 20, range 1..=1000 (Cinnamon is zero-configuration and started at ~240 in
 /// its experiment; 20 is the convention of the other limits here), and the values above, chosen
@@ -153,6 +183,31 @@ pub struct Autotune {
     fresh: bool,
     /// While probing: the limit to restore after the probe window.
     probe: Option<f64>,
+    /// The last latency shrink, to be judged by the next measured window.
+    shrunk: Option<Shrink>,
+    /// Futile latency shrinks in a row (see [`Autotune::check_shrink`]).
+    futile: u32,
+    /// The limit in force in the last window that backed off for drops, until a window at
+    /// it asks to grow.
+    drop_level: Option<f64>,
+    /// Windows that asked to grow since the last backoff for drops.
+    clean: u32,
+    /// Retries of a limit that drew drops which drew drops again, less those that held
+    /// for `RING` windows (at most [`MAX_DOUBLINGS`]): the wait before the next retry is
+    /// `RING << retries`.
+    retries: u32,
+    /// The limit went back to the level that drew drops since the last backoff.
+    retried: bool,
+    /// Windows at or above the level that drew drops that asked to grow since it was
+    /// retried.
+    held: u32,
+    /// Probes in a row that lowered nothing (at most [`MAX_DOUBLINGS`]): the next probe
+    /// waits for `1 << idle_probes` rings without spread.
+    idle_probes: u32,
+    /// Rings without spread since the last probe.
+    steady_rings: u32,
+    /// While probing: the baseline before the probe, to tell whether it found anything.
+    probe_base: Option<f64>,
     started: bool,
     window_start: Time,
     samples: u32,
@@ -180,6 +235,16 @@ impl Autotune {
             settling: false,
             fresh: false,
             probe: None,
+            shrunk: None,
+            futile: 0,
+            drop_level: None,
+            clean: 0,
+            retries: 0,
+            retried: false,
+            held: 0,
+            idle_probes: 0,
+            steady_rings: 0,
+            probe_base: None,
             started: false,
             window_start: Time::ZERO,
             samples: 0,
@@ -219,11 +284,35 @@ impl Autotune {
             };
             self.srtt = Some(srtt);
             self.base = Some(self.base.map_or(srtt, |b| b.min(srtt)));
+            if let Some(shrink) = self.shrunk.take() {
+                self.check_shrink(&shrink, srtt);
+            }
         }
         let drop_fraction = f64::from(self.drops) / f64::from(self.samples.max(1));
         if drop_fraction > self.config.drop_tolerance {
-            self.limit *= self.config.backoff.clamp(0.0, 1.0);
+            // DCTCP's proportional decrease, `1 - f/2`, where it is deeper than `backoff`:
+            // a window of nothing but drops halves the limit. At the mild 0.9, a service
+            // that answered nothing in time (the capacity demo after its work doubled, 10-s
+            // windows at 1 answer a second) took a minute to come down from 20 to 9. And at
+            // least one request less: 0.9 of 8.4 is 7.6, still 8 in force.
+            let factor = self
+                .config
+                .backoff
+                .clamp(0.0, 1.0)
+                .min(1.0 - drop_fraction / 2.0);
+            // A retry of the limit that drew drops drew them again: wait twice as long
+            // before the next one. The capacity demo's 8 (one request queued in a pool of 7
+            // workers, callers with 0.5 s of slack) drew drops at every retry; at a retry
+            // every 10 windows of 3 s, a sixth of the time was spent at 8 or backing off.
+            if std::mem::take(&mut self.retried) {
+                self.retries = (self.retries + 1).min(MAX_DOUBLINGS);
+            }
+            self.drop_level = Some(self.limit.round());
+            self.clean = 0;
+            self.held = 0;
+            self.limit = (self.limit * factor).min(self.limit.round() - 1.0);
             self.settling = true;
+            self.shrunk = None;
             return Move::Shrink;
         }
         let (Some(srtt), Some(base), Some(_)) = (self.srtt, self.base, rtt) else {
@@ -232,14 +321,86 @@ impl Autotune {
         let ratio = srtt / base - 1.0;
         let tol = self.tolerance();
         if ratio > tol {
+            let before = self.limit;
             self.limit = (self.limit * (1.0 + tol) / (1.0 + ratio)).max(self.limit * 0.5);
             self.settling = true;
+            self.shrunk = Some(Shrink {
+                rtt: srtt,
+                expected_rtt: base + (srtt - base) * self.limit / before,
+            });
             Move::Shrink
         } else if ratio < tol / 2.0 && f64::from(self.inflight_max) * 2.0 >= self.limit {
-            self.limit += self.limit.log10().max(1.0);
+            // A limit that drew drops is tried again only after `RING` windows that asked to
+            // grow, as a probe: latency alone may not see why it was too high (a pool of 7
+            // workers at 2 s holding 8 queues one request, a few percent of the mean rtt,
+            // yet enough to push some callers past their timeout). Growing back at once
+            // kept the limit at 8 half of the time.
+            self.clean += 1;
+            if self
+                .drop_level
+                .is_some_and(|level| self.limit.round() >= level)
+            {
+                // The level held for a window: growing further is a retry of it. It must
+                // hold for `RING` windows to shorten the next wait (one window of 10
+                // samples without drops is weak evidence: 8 in the capacity demo draws
+                // one drop in ten requests).
+                self.drop_level = None;
+                self.retried = true;
+            }
+            if self.retried {
+                // Not past a retried level until it has held for `RING` windows: one
+                // window of 10 samples without drops is weak evidence (8 in the capacity
+                // demo draws one drop in ten requests, and growing on at once reached 10).
+                self.held += 1;
+                if self.held < RING as u32 {
+                    return Move::Hold;
+                }
+                self.held = 0;
+                self.retried = false;
+                self.retries = self.retries.saturating_sub(1);
+            }
+            let grown = self.limit + self.limit.log10().max(1.0);
+            let wait = (RING as u32) << self.retries;
+            if self
+                .drop_level
+                .is_some_and(|level| grown.round() >= level && self.clean < wait)
+            {
+                return Move::Hold;
+            }
+            if self.drop_level.is_some_and(|level| grown.round() >= level) {
+                self.retried = true;
+            }
+            self.limit = grown;
             Move::Grow
         } else {
             Move::Hold
+        }
+    }
+
+    /// Judges a latency shrink by the first measured window after it. A shrink is futile if
+    /// the rtt fell by less than half of what a queue shrinking with the limit would have
+    /// given back: less concurrency bought no latency, so the excess over the baseline is
+    /// not a queue; the service got slower, not busier, and the baseline is stale. Two
+    /// futile shrinks in a row re-anchor it to the current rtt, as the covariance check
+    /// does, but within two shrinks rather than ten windows, which at a few answers a
+    /// second is minutes (the capacity demo after its work doubled walked from 20 down to 2
+    /// on a 1 s baseline while every request took 2 s). Shrinks whose expected gain is under
+    /// 5% of the rtt are within noise and are not judged. (Requiring the throughput to fall
+    /// with the limit as well, as the covariance check does, let the noise of 10-sample
+    /// windows veto the re-anchoring for two minutes in one seed of that demo.)
+    fn check_shrink(&mut self, shrink: &Shrink, rtt: f64) {
+        let gain = shrink.rtt - shrink.expected_rtt;
+        if gain < 0.05 * shrink.rtt {
+            return;
+        }
+        if rtt > shrink.rtt - gain / 2.0 {
+            self.futile += 1;
+        } else {
+            self.futile = 0;
+        }
+        if self.futile >= 2 {
+            self.futile = 0;
+            self.base = Some(rtt);
         }
     }
 
@@ -269,18 +430,29 @@ impl Autotune {
                 self.limit *= self.config.reset_factor.clamp(0.0, 1.0);
                 self.base = None;
                 self.srtt = None;
+                self.shrunk = None;
                 self.settling = true;
+                self.idle_probes = 0;
             }
             Some(e) if shrank * 2 > RING && e > self.config.high_elasticity => {
                 self.base = self.srtt;
+                self.idle_probes = 0;
             }
             Some(_) => {}
             None => {
                 // Too steady to tell: dip for one window, as BBR's ProbeRTT does, so that the
                 // baseline sees a lighter load and the next check has a spread to judge.
-                self.probe = Some(self.limit);
-                self.limit *= self.config.probe_factor.clamp(0.0, 1.0);
-                self.settling = true;
+                // Probes that found nothing come at doubling intervals (up to 16 rings): at
+                // the knee each costs a window at 3/4 of the limit and one not measured,
+                // a fifth of the time in the capacity demo (probes every 10 windows of 3 s).
+                self.steady_rings += 1;
+                if self.steady_rings >= 1 << self.idle_probes {
+                    self.steady_rings = 0;
+                    self.probe = Some(self.limit);
+                    self.probe_base = self.base;
+                    self.limit *= self.config.probe_factor.clamp(0.0, 1.0);
+                    self.settling = true;
+                }
             }
         }
         self.filled = 0;
@@ -305,6 +477,17 @@ impl Autotune {
                     self.limit = restore;
                     self.settling = true;
                 }
+                // It found something if it lowered the baseline beyond noise (a baseline
+                // measured under load, as from Kanaloa's 60): probe again at the next ring.
+                let found = match (self.probe_base.take(), self.base) {
+                    (Some(before), Some(after)) => after < before * 0.95,
+                    _ => true,
+                };
+                self.idle_probes = if found || moved == Move::Shrink {
+                    0
+                } else {
+                    (self.idle_probes + 1).min(MAX_DOUBLINGS)
+                };
             }
             if inflight > 0.0 && throughput > 0.0 {
                 self.ring[self.filled] = (inflight.ln(), throughput.ln(), moved);
@@ -466,15 +649,16 @@ mod tests {
         assert!(trace.min_limit() >= 5, "{}", trace.min_limit());
         let after = trace.mean_limit(secs(150), secs(240));
         assert!((18.0..25.0).contains(&after), "{after}");
-        // Without the re-anchoring the baseline would stay at 100 ms: a 3x "queue" that the
-        // tolerance only allows at a limit of about 1.
-        let stale = Autotune::new(&AutotuneConfig {
+        // Without the covariance check, the futile shrinks re-anchor it on their own (the
+        // baseline left at 100 ms would be a 3x "queue" that the tolerance only allows at a
+        // limit of about 1).
+        let mut blind = Autotune::new(&AutotuneConfig {
             high_elasticity: f64::INFINITY,
             ..config(20)
         });
-        let mut stale = stale;
-        let collapsed = run(&mut stale, &service, Load::Saturating, secs(240));
-        assert!(collapsed.mean_limit(secs(150), secs(240)) < 5.0);
+        let trace = run(&mut blind, &service, Load::Saturating, secs(240));
+        let after = trace.mean_limit(secs(150), secs(240));
+        assert!((15.0..26.0).contains(&after), "{after}");
     }
 
     #[test]
@@ -655,6 +839,207 @@ mod tests {
         // Then the smoothing starts afresh: 100 ms is exactly the baseline again, so it grows.
         window(&mut a, now, 100, Nanos::from_millis(100), Outcome::Success);
         assert!(a.limit > before);
+    }
+
+    #[test]
+    fn a_window_of_drops_backs_off_in_proportion() {
+        // A 10% drop window takes the mild 0.9; a window of nothing but drops halves the
+        // limit (DCTCP's 1 - f/2), so a service that answers nothing in time is left within
+        // a few windows rather than tens.
+        let (rtt, ok, dropped) = (Nanos::from_millis(100), Outcome::Success, Outcome::Dropped);
+        let mut a = Autotune::new(&config(20));
+        a.on_sample(&Sample {
+            now: Time::ZERO,
+            rtt,
+            inflight: 20,
+            outcome: ok,
+        });
+        let mut now = window(&mut a, Time::ZERO, 20, rtt, ok);
+        assert_eq!(a.limit(), 21, "first window: baseline, then growth");
+        let before = a.limit;
+        for i in 0..20 {
+            now += Nanos::from_millis(25);
+            let outcome = if i % 10 == 0 { dropped } else { ok };
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: 21,
+                outcome,
+            });
+        }
+        assert!((a.limit - before * 0.9).abs() < 1e-9, "{}", a.limit);
+        let before = a.limit;
+        // The next window mixes two limits and is skipped; the one after is all drops.
+        now = window(&mut a, now, 20, rtt, ok);
+        window(&mut a, now, 20, rtt, dropped);
+        assert!((a.limit - before * 0.5).abs() < 1e-9, "{}", a.limit);
+    }
+
+    #[test]
+    fn a_limit_that_drew_drops_is_tried_again_only_after_ten_windows() {
+        let (rtt, ok) = (Nanos::from_millis(100), Outcome::Success);
+        let mut a = Autotune::new(&config(4));
+        a.on_sample(&Sample {
+            now: Time::ZERO,
+            rtt,
+            inflight: 4,
+            outcome: ok,
+        });
+        let mut now = window(&mut a, Time::ZERO, 20, rtt, ok);
+        assert_eq!(a.limit(), 5);
+        // 2 drops in 20: 0.9 of 5 is 4.5, which would still round to 5; one less is 4.
+        for i in 0..20 {
+            now += Nanos::from_millis(25);
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: 5,
+                outcome: if i % 10 == 0 { Outcome::Dropped } else { ok },
+            });
+        }
+        assert_eq!(a.limit(), 4);
+        now = window(&mut a, now, 20, rtt, ok); // mixes two limits: not measured
+        for n in 1..10 {
+            now = window(&mut a, now, 20, rtt, ok);
+            assert_eq!(
+                a.limit(),
+                4,
+                "window {n} asked to grow, back to 5 only after 10"
+            );
+        }
+        now = window(&mut a, now, 20, rtt, ok);
+        assert_eq!(a.limit(), 5);
+        // Back at 5, a retry: the limit grows past it only once it has held for 10 windows.
+        for n in 1..10 {
+            now = window(&mut a, now, 20, rtt, ok);
+            assert_eq!(a.limit(), 5, "window {n} at the retried level");
+        }
+        window(&mut a, now, 20, rtt, ok);
+        assert_eq!(a.limit(), 6);
+    }
+
+    /// Feeds one window of 20 samples at the current limit, 2 of them drops (10%).
+    fn window_with_drops(a: &mut Autotune, start: Time, rtt: Nanos) -> Time {
+        let mut now = start;
+        for i in 0..20 {
+            now += Nanos::from_millis(25);
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: a.limit(),
+                outcome: if i % 10 == 0 {
+                    Outcome::Dropped
+                } else {
+                    Outcome::Success
+                },
+            });
+        }
+        now
+    }
+
+    #[test]
+    fn a_retry_that_draws_drops_again_doubles_the_wait_and_one_that_holds_halves_it() {
+        // The capacity demo's 8 for 7 workers: latency hardly tells, every retry draws
+        // drops. Retries every 10 windows spent a sixth of the time at 8 or backing off.
+        let (rtt, ok) = (Nanos::from_millis(100), Outcome::Success);
+        let mut a = Autotune::new(&config(5));
+        a.on_sample(&Sample {
+            now: Time::ZERO,
+            rtt,
+            inflight: 5,
+            outcome: ok,
+        });
+        let mut now = window_with_drops(&mut a, Time::ZERO, rtt);
+        assert_eq!(a.limit(), 4);
+        // Windows asking to grow (the first after a backoff is not measured) until the
+        // limit is back at 5; returns how many it took. Probes (a window at 3/4 and one not
+        // measured, every few rings) add a few.
+        let back_to_five = |a: &mut Autotune, now: &mut Time| {
+            *now = window(a, *now, 20, rtt, ok);
+            let mut n = 0;
+            while a.limit() < 5 {
+                *now = window(a, *now, 20, rtt, ok);
+                n += 1;
+                assert!(n < 200, "never retried");
+            }
+            n
+        };
+        assert_eq!(back_to_five(&mut a, &mut now), 10);
+        for wait in [20, 40, 80, 160, 160] {
+            now = window_with_drops(&mut a, now, rtt);
+            assert_eq!(a.limit(), 4);
+            let n = back_to_five(&mut a, &mut now);
+            assert!((wait..wait + 6).contains(&n), "{n} windows, not {wait}");
+        }
+        // This time 5 holds for 10 windows: the limit grows past it and the next wait is
+        // halved (160 to 80).
+        for _ in 0..10 {
+            now = window(&mut a, now, 20, rtt, ok);
+        }
+        assert_eq!(a.limit(), 6);
+        now = window_with_drops(&mut a, now, rtt);
+        assert_eq!(a.limit(), 5);
+        now = window(&mut a, now, 20, rtt, ok);
+        let mut n = 0;
+        while a.limit() < 6 {
+            now = window(&mut a, now, 20, rtt, ok);
+            n += 1;
+        }
+        assert!((80..86).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn probes_that_find_nothing_come_at_doubling_intervals() {
+        // A steady load well under the limit: latency flat, inflight constant, so every
+        // ring is too steady to judge. Each probe (a window at 15 for 20) finds the same
+        // latency; the next waits for twice as many rings, up to 16. At one probe per ring
+        // they cost a fifth of the time in the capacity demo (windows of 3 s).
+        let mut a = Autotune::new(&config(20));
+        let mut probes = Vec::new();
+        let mut probing = false;
+        for w in 0..400u64 {
+            for i in 1..=20u64 {
+                let now = Time::ZERO + Nanos::from_millis(500 * w + 25 * i);
+                a.on_sample(&Sample {
+                    now,
+                    rtt: Nanos::from_millis(100),
+                    inflight: 4,
+                    outcome: Outcome::Success,
+                });
+            }
+            // A probe is a window at 15 and the one after it, not measured.
+            if a.limit() == 15 && !probing {
+                probes.push(w);
+            }
+            probing = a.limit() == 15;
+        }
+        assert_eq!(a.limit(), 20);
+        // A ring is 10 measured windows, and a probe adds 2: 2, 4, 8 and 16 rings.
+        let gaps: Vec<u64> = probes.windows(2).map(|p| p[1] - p[0]).collect();
+        assert_eq!(gaps, [22, 42, 82, 162], "probes at {probes:?}");
+    }
+
+    #[test]
+    fn a_service_that_got_slower_is_re_anchored_within_two_shrinks() {
+        // At 60 s every request starts taking twice as long, at any concurrency (a bad
+        // release); the optimum stays 20. The covariance check is switched off here, so only
+        // the shrinks' own evidence can re-anchor the baseline: two shrinks that cost
+        // throughput in proportion and gave back no latency.
+        let service = Service::kanaloa().with_base_ramp(secs(60), secs(60), 2.0);
+        let blind = AutotuneConfig {
+            high_elasticity: f64::INFINITY,
+            ..config(20)
+        };
+        let mut a = Autotune::new(&blind);
+        let trace = run(&mut a, &service, Load::Saturating, secs(180));
+        assert!(trace.min_limit() >= 7, "{}", trace.min_limit());
+        let after = trace.mean_limit(secs(90), secs(180));
+        assert!((18.0..26.0).contains(&after), "{after}");
+        let base = a.base.expect("measured");
+        assert!(
+            (0.19..0.25).contains(&base),
+            "re-anchored near 200 ms: {base}"
+        );
     }
 
     #[test]

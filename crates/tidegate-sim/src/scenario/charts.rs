@@ -32,7 +32,7 @@ impl Report {
             charts.push(named(
                 "goodput-by-load",
                 self.by_load(
-                    "goodput",
+                    "goodput (ok/s)",
                     |r| Some(r.steady.figures.goodput_rps),
                     Scale::Linear,
                 ),

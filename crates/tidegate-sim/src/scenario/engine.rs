@@ -1,12 +1,14 @@
 //! The event-driven engine: clients, a protection per arm, and the service, in virtual
 //! nanoseconds.
 //!
-//! One run is one arm at one load point, single-threaded: a binary heap of `(time, sequence)`
-//! events, the client and service models of `tidegate-model`, and, for a gate arm, one
+//! One run is one arm at one load point, single-threaded: events in time order (in
+//! scheduling order within a nanosecond) on a timeline (a radix heap, `timeline.rs`) and
+//! beside it, the client and service models of `tidegate-model`, and, for a gate arm, one
 //! unchanged `tidegate_core` [`Gate`] per service instance, driven exactly as a proxy drives
-//! it (`arrive`, `complete`, `cancel`, `tick` at `next_tick`, `poll_event`). Runs of different
-//! arms and load points are independent and may go on threads ([`run_all`]); the output order
-//! is fixed, so the same file and seed give byte-identical output whatever the threads.
+//! it (`arrive`, `complete`, `cancel`, `tick` at `next_tick`, `poll_event`). Runs of
+//! different arms and load points are independent and may go on threads ([`run_all`]); the
+//! output order is fixed, so the same file and seed give byte-identical output whatever the
+//! threads.
 //!
 //! Randomness comes from separate seeded streams, one per source: arrivals, request mix
 //! (tiers and keys), work-time spread and nothing else. Every request draws its arrival gap,
@@ -17,19 +19,27 @@
 //! ([`Gate::cancel`]) and the slot it would have taken goes to the next. While the service
 //! works on it, the service does not know and finishes the work anyway (the collapse
 //! mechanism of every seed document), and the gate keeps the permit until the service
-//! answers, then completes it as [`Outcome::Dropped`]. Why not hand the permit back when the
-//! caller leaves: the service is still busy with that request, so a freed slot would let the
-//! gate push one more request into a service that has freed nothing (with a 2.5 s timeout and
-//! 2 s of work, the gate would let work pile up without bound, exactly as if there were no
-//! limit), and the late answer is the plainest overload signal there is.
+//! answers. Why not hand the permit back when the caller leaves: the service is still busy
+//! with that request, so a freed slot would let the gate push one more request into a
+//! service that has freed nothing (with a 2.5 s timeout and 2 s of work, the gate would let
+//! work pile up without bound, exactly as if there were no limit).
+//!
+//! What the limit learns from that late answer depends on whose fault it was. If the service
+//! alone (admission to answer) took at least the caller's timeout, the caller would have
+//! given up even without waiting in the gate: the service is overloaded, and the answer is
+//! completed as [`Outcome::Dropped`]. Otherwise the caller's time was spent in the gate's own
+//! queue, and the service answered at its usual speed: the answer is completed as
+//! [`Outcome::Success`], a measurement of the service like any other. (Counting it as a drop
+//! blamed the service for the gate's queueing: in the capacity demo, after the change to 2 s
+//! of work, Autotune backed off from 20 to 2 on drops caused by a few hundred milliseconds
+//! of waiting in the gate.) The caller's outcome is a time-out either way.
 //!
 //! **Client timeouts** are the same for every attempt, so deadlines fall in the order the
-//! attempts started: they wait in a FIFO behind a single timer event instead of one heap
-//! event each.
+//! attempts started: they wait in a FIFO behind a single timer instead of one event each.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+mod timeline;
+
+use std::collections::VecDeque;
 
 use tidegate_core::gate::{Arrival, Event, Gate, Permit};
 use tidegate_core::limit::Outcome;
@@ -42,6 +52,7 @@ use tidegate_model::service::{Admission, Balance, Instance};
 
 use super::report::{ArmRun, Ending, Report, Second, Tally};
 use super::{ArmConfig, ArmKind, Scenario};
+use timeline::Timeline;
 
 /// Identifiers of the random streams, mixed with the seed.
 const ARRIVALS: u64 = 1;
@@ -98,73 +109,36 @@ pub fn run_arm(scenario: &Scenario, arm: &ArmConfig, point: Option<f64>) -> ArmR
     run.finish()
 }
 
+/// An event on the timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// The next open-loop arrival.
-    Arrival,
     /// A closed-loop worker sends its next request.
     Worker(u32),
     /// A retry attempt (prepared in this slot) starts.
     Retry(u32),
-    /// The service finished the request of this token.
-    Done(u64),
-    /// The earliest client deadline.
-    Deadlines,
+    /// The service finished the attempt in this slot (its token for the service). The slot
+    /// stays allocated while the service holds the attempt, so no generation is needed.
+    Done(u32),
     /// A gate's `next_tick`.
     Tick(u8),
     /// A capacity change of the service.
     Change(u32),
-    /// The end of a second of the per-second series.
-    Second(u32),
 }
 
-#[derive(Debug)]
-struct Scheduled {
-    at: Time,
-    seq: u64,
-    kind: Kind,
+/// When an event kept beside the timeline (see [`Run::run`]) is due, and its place in the
+/// order of scheduling, as one number that orders as `(time, sequence)` does.
+type Due = u128;
+
+/// No event pending.
+const NOT_PENDING: Due = u128::MAX;
+
+fn due(at: Time, seq: u64) -> Due {
+    u128::from(at.as_nanos()) << 64 | u128::from(seq)
 }
 
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Scheduled) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
+fn due_time(due: Due) -> Time {
+    Time::from_nanos((due >> 64) as u64)
 }
-
-impl Eq for Scheduled {}
-
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Scheduled) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// Reversed, for a min-heap on `(at, seq)`.
-impl Ord for Scheduled {
-    fn cmp(&self, other: &Scheduled) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
-}
-
-/// Hashes the gate's ticket ids (unique numbers) with one SplitMix64 step.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = splitmix64(self.0 ^ u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = splitmix64(n);
-    }
-}
-
-type TicketMap = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
 
 /// One attempt of a request, in a slab slot.
 #[derive(Debug)]
@@ -206,17 +180,32 @@ struct Run<'a> {
     now: Time,
     end: Time,
     warmup: Time,
-    heap: BinaryHeap<Scheduled>,
-    seq: u64,
+    timeline: Timeline<Kind>,
+    /// Events scheduled so far, on the timeline or beside it: the sequence number of the
+    /// next one orders it after them among the events due at the same nanosecond.
+    scheduled: u64,
+    /// The next open-loop arrival.
+    arrival: Due,
+    /// The timer of the earliest client deadline, while one is armed.
+    deadline_timer: Due,
+    /// The next end of a second of the series, its number, the number of seconds, and the
+    /// sequence number of the first: the ends of seconds are all scheduled at the start, one
+    /// after the other.
+    second_end: Due,
+    next_second: u32,
+    seconds: u32,
+    first_second: u64,
     events: u64,
     instances: Vec<Instance>,
     front: Front,
     tick_at: Vec<Time>,
-    tickets: Vec<TicketMap>,
+    /// Per instance, by the gate's queue slot ([`Ticket::slot`]): the attempt whose ticket
+    /// holds the slot. An entry is current only while that attempt still holds that very
+    /// ticket; later ones overwrite it.
+    tickets: Vec<Vec<u32>>,
     attempts: Vec<Attempt>,
     free: Vec<u32>,
     deadlines: VecDeque<(Time, u32, u32)>,
-    deadline_armed: bool,
     open: Option<OpenLoop>,
     mix: Mix,
     rng_arrivals: Rng,
@@ -260,17 +249,24 @@ impl<'a> Run<'a> {
             now: Time::ZERO,
             end: scenario.end(),
             warmup: Time::ZERO + scenario.warmup,
-            heap: BinaryHeap::new(),
-            seq: 0,
+            timeline: Timeline::new(),
+            scheduled: 0,
+            arrival: NOT_PENDING,
+            deadline_timer: NOT_PENDING,
+            second_end: NOT_PENDING,
+            next_second: 1,
+            seconds: (scenario.duration.as_nanos() / 1_000_000_000)
+                .try_into()
+                .unwrap_or(u32::MAX),
+            first_second: 0,
             events: 0,
             instances: (0..n).map(|_| scenario.service.instance()).collect(),
             front,
             tick_at: vec![Time::MAX; n],
-            tickets: (0..n).map(|_| TicketMap::default()).collect(),
+            tickets: vec![Vec::new(); n],
             attempts: Vec::new(),
             free: Vec::new(),
             deadlines: VecDeque::new(),
-            deadline_armed: false,
             open,
             mix: Mix::new(load),
             rng_arrivals: stream(scenario.seed, ARRIVALS),
@@ -288,13 +284,15 @@ impl<'a> Run<'a> {
         run
     }
 
+    /// The sequence number of an event being scheduled now.
+    fn schedule(&mut self) -> u64 {
+        self.scheduled += 1;
+        self.scheduled
+    }
+
     fn push(&mut self, at: Time, kind: Kind) {
-        self.seq += 1;
-        self.heap.push(Scheduled {
-            at,
-            seq: self.seq,
-            kind,
-        });
+        let seq = self.schedule();
+        self.timeline.push(at, seq, kind);
     }
 
     fn schedule_start(&mut self) {
@@ -302,7 +300,7 @@ impl<'a> Run<'a> {
             && let Some(first) = open.next_after(Time::ZERO, &mut self.rng_arrivals)
             && first < self.end
         {
-            self.push(first, Kind::Arrival);
+            self.arrival = due(first, self.schedule());
         }
         if let Some(workers) = self.scenario.load.workers
             && self.open.is_none()
@@ -321,29 +319,75 @@ impl<'a> Run<'a> {
                 self.push(at, Kind::Change(i as u32));
             }
         }
-        let seconds = self.scenario.duration.as_nanos() / 1_000_000_000;
-        for s in 1..=seconds {
-            self.push(Time::ZERO + Nanos::from_secs(s), Kind::Second(s as u32));
-        }
+        self.first_second = self.scheduled + 1;
+        self.scheduled += u64::from(self.seconds);
+        self.second_end = self.second_due();
     }
 
+    /// The end of second `next_second`, if it is one of the series.
+    fn second_due(&self) -> Due {
+        let s = self.next_second;
+        if s > self.seconds {
+            return NOT_PENDING;
+        }
+        let s = u64::from(s);
+        due(Time::ZERO + Nanos::from_secs(s), self.first_second + s - 1)
+    }
+
+    /// Handles the events in `(time, sequence)` order until none is left, or the clients
+    /// are done and nobody waits.
+    ///
+    /// Arrivals and client deadlines are two thirds of the events, and the ends of seconds
+    /// are all scheduled at the start: each of the three has at most one event pending at a
+    /// time, so it waits beside the timeline with its sequence number, and the next event is
+    /// the earliest of four. The order is the one a single queue of all events would give.
     fn run(&mut self) {
-        while let Some(Scheduled { at, kind, .. }) = self.heap.pop() {
+        loop {
+            let on_timeline = self
+                .timeline
+                .peek()
+                .map_or(NOT_PENDING, |(at, seq)| due(at, seq));
+            let next = on_timeline
+                .min(self.arrival)
+                .min(self.deadline_timer)
+                .min(self.second_end);
+            if next == NOT_PENDING {
+                break;
+            }
+            let at = due_time(next);
             if at > self.end && self.outstanding == 0 {
                 break;
             }
             self.now = at;
             self.events += 1;
-            match kind {
-                Kind::Arrival => {
-                    self.new_request(None);
-                    if let Some(open) = &self.open
-                        && let Some(next) = open.next_after(at, &mut self.rng_arrivals)
-                        && next < self.end
-                    {
-                        self.push(next, Kind::Arrival);
-                    }
+            // Sequence numbers are unique: the one equal to `next` is the source.
+            if next == self.arrival {
+                self.arrival = NOT_PENDING;
+                self.new_request(None);
+                if let Some(open) = &self.open
+                    && let Some(next) = open.next_after(at, &mut self.rng_arrivals)
+                    && next < self.end
+                {
+                    self.arrival = due(next, self.schedule());
                 }
+                continue;
+            }
+            if next == self.deadline_timer {
+                self.deadline_timer = NOT_PENDING;
+                self.deadlines();
+                continue;
+            }
+            if next == self.second_end {
+                let s = self.next_second;
+                self.next_second += 1;
+                self.second_end = self.second_due();
+                self.end_second(s);
+                continue;
+            }
+            let Some((_, kind)) = self.timeline.pop() else {
+                break;
+            };
+            match kind {
                 Kind::Worker(w) => {
                     if at < self.end {
                         self.new_request(Some(w));
@@ -351,7 +395,6 @@ impl<'a> Run<'a> {
                 }
                 Kind::Retry(idx) => self.start(idx),
                 Kind::Done(token) => self.done(token),
-                Kind::Deadlines => self.deadlines(),
                 Kind::Tick(i) => {
                     let i = usize::from(i);
                     if self.tick_at[i] == at {
@@ -363,7 +406,6 @@ impl<'a> Run<'a> {
                     }
                 }
                 Kind::Change(k) => self.change(k as usize),
-                Kind::Second(s) => self.end_second(s),
             }
         }
     }
@@ -433,10 +475,6 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn token(&self, idx: u32) -> u64 {
-        u64::from(self.attempts[idx as usize].generation) << 32 | u64::from(idx)
-    }
-
     /// The attempt in `idx` goes out now.
     fn start(&mut self, idx: u32) {
         let now = self.now;
@@ -449,9 +487,8 @@ impl<'a> Run<'a> {
             a.generation
         };
         self.deadlines.push_back((deadline, idx, generation));
-        if !self.deadline_armed {
-            self.deadline_armed = true;
-            self.push(deadline, Kind::Deadlines);
+        if self.deadline_timer == NOT_PENDING {
+            self.deadline_timer = due(deadline, self.schedule());
         }
         let priority = self.attempts[idx as usize].priority;
         match &mut self.front {
@@ -468,7 +505,11 @@ impl<'a> Run<'a> {
                     Arrival::Admitted(permit) => self.send(idx, Some(permit)),
                     Arrival::Queued(ticket) => {
                         self.attempts[idx as usize].ticket = Some(ticket);
-                        self.tickets[i].insert(ticket.id(), idx);
+                        let table = &mut self.tickets[i];
+                        if table.len() <= ticket.slot() {
+                            table.resize(ticket.slot() + 1, u32::MAX);
+                        }
+                        table[ticket.slot()] = idx;
                     }
                     Arrival::Rejected(_) => self.turned_away(idx, Ending::Shed),
                 }
@@ -520,13 +561,12 @@ impl<'a> Run<'a> {
 
     /// The attempt reaches the service.
     fn send(&mut self, idx: u32, permit: Option<Permit>) {
-        let token = self.token(idx);
         let a = &mut self.attempts[idx as usize];
         let i = usize::from(a.instance);
         a.in_service = true;
         a.permit = permit;
-        match self.instances[i].arrive(self.now, token, a.factor) {
-            Admission::Started(done) => self.push(done, Kind::Done(token)),
+        match self.instances[i].arrive(self.now, u64::from(idx), a.factor) {
+            Admission::Started(done) => self.push(done, Kind::Done(idx)),
             Admission::Queued => {}
             Admission::Refused => {
                 a.in_service = false;
@@ -602,19 +642,22 @@ impl<'a> Run<'a> {
     }
 
     /// The service finished a request.
-    fn done(&mut self, token: u64) {
+    fn done(&mut self, idx: u32) {
         let now = self.now;
-        let idx = token as u32;
         let i = usize::from(self.attempts[idx as usize].instance);
         if let Some(next) = self.instances[i].finish(now) {
-            self.push(next.done, Kind::Done(next.token));
+            self.push(next.done, Kind::Done(next.token as u32));
         }
         let a = &mut self.attempts[idx as usize];
         a.in_service = false;
         let permit = a.permit.take();
         let waiting = a.waiting;
         if let (Some(permit), Front::Gates(gates)) = (permit, &mut self.front) {
-            let outcome = if waiting {
+            // A late answer is an overload signal only if the service alone took longer than
+            // the caller waits; otherwise the caller's time went in the gate's queue, and the
+            // answer is a plain measurement of the service (see the module docs).
+            let service_too_slow = now - permit.admitted() >= self.scenario.load.timeout;
+            let outcome = if waiting || !service_too_slow {
                 Outcome::Success
             } else {
                 Outcome::Dropped
@@ -634,7 +677,6 @@ impl<'a> Run<'a> {
     /// Callers whose deadline passed give up.
     fn deadlines(&mut self) {
         let now = self.now;
-        self.deadline_armed = false;
         while let Some(&(at, idx, generation)) = self.deadlines.front() {
             if at > now {
                 break;
@@ -650,7 +692,6 @@ impl<'a> Run<'a> {
                 && gates[i].cancel(now, ticket)
             {
                 a.ticket = None;
-                self.tickets[i].remove(&ticket.id());
             }
             let retries = &self.scenario.load.retries;
             if retries.on_timeout && self.attempts[idx as usize].number < retries.max {
@@ -662,8 +703,7 @@ impl<'a> Run<'a> {
             self.drain(i);
         }
         if let Some(&(at, _, _)) = self.deadlines.front() {
-            self.deadline_armed = true;
-            self.push(at, Kind::Deadlines);
+            self.deadline_timer = due(at, self.schedule());
         }
     }
 
@@ -679,7 +719,7 @@ impl<'a> Run<'a> {
             };
             match event {
                 Event::Admitted { ticket, permit, .. } => {
-                    match self.tickets[i].remove(&ticket.id()) {
+                    match waiter(&self.tickets[i], &self.attempts, ticket) {
                         Some(idx) => {
                             let a = &mut self.attempts[idx as usize];
                             a.ticket = None;
@@ -699,7 +739,7 @@ impl<'a> Run<'a> {
                     } else {
                         Ending::Shed
                     };
-                    if let Some(idx) = self.tickets[i].remove(&ticket.id()) {
+                    if let Some(idx) = waiter(&self.tickets[i], &self.attempts, ticket) {
                         let a = &mut self.attempts[idx as usize];
                         a.ticket = None;
                         if a.waiting {
@@ -726,7 +766,7 @@ impl<'a> Run<'a> {
         for i in 0..self.instances.len() {
             self.instances[i].apply(change);
             while let Some(started) = self.instances[i].start_waiting(self.now) {
-                self.push(started.done, Kind::Done(started.token));
+                self.push(started.done, Kind::Done(started.token as u32));
             }
         }
     }
@@ -787,6 +827,14 @@ impl<'a> Run<'a> {
             events: self.events,
         }
     }
+}
+
+/// The attempt that holds `ticket`, from the table of its gate's queue slots, if one still
+/// does.
+fn waiter(table: &[u32], attempts: &[Attempt], ticket: Ticket) -> Option<u32> {
+    let idx = *table.get(ticket.slot())?;
+    let holder = attempts.get(idx as usize)?;
+    (holder.ticket == Some(ticket)).then_some(idx)
 }
 
 /// Seconds from `from` until the limit stays within 20% of `settled` for the rest of the run;

@@ -71,6 +71,59 @@ fn abandoned_work_continues_and_the_gate_learns_it_as_a_drop() {
     assert!(gated.whole.figures.timeout_ratio + gated.whole.figures.shed_ratio > 0.99);
 }
 
+/// Runs the gate arm of `doc` and returns its gate's counters.
+fn gate_counters(doc: &str) -> (ArmRun, tidegate_core::gate::TierCounters) {
+    let s = scenario(doc);
+    let mut run = Run::new(&s, &s.arms[0], None);
+    run.run();
+    let Front::Gates(gates) = &run.front else {
+        panic!("a gate arm")
+    };
+    let counters = gates[0].counters().total();
+    (run.finish(), counters)
+}
+
+#[test]
+fn a_late_answer_is_a_drop_only_if_the_service_alone_was_too_slow() {
+    // One worker, a gate that holds one in flight and queues the rest for up to 1 s, and
+    // callers who wait 1 s: a request that queued 500 ms behind another then took 600 ms
+    // is late for its caller, through no fault of the service.
+    let doc = |work: &str| {
+        format!(
+            r#"
+duration = "20s"
+warmup = "10s"
+[service]
+spread = "constant"
+[service.pool]
+workers = 1
+work = "{work}"
+[load]
+arrivals = "constant"
+rate = 2
+timeout = "1s"
+[[arms]]
+name = "fixed 1"
+limit = {{ algorithm = "fixed", fixed = {{ limit = 1 }} }}
+regulator = {{ algorithm = "off" }}
+queue = {{ timeout = "1s" }}
+"#
+        )
+    };
+    let (run, counters) = gate_counters(&doc("600ms"));
+    assert!(run.whole.figures.timeout_ratio > 0.3, "{:?}", run.whole);
+    assert!(counters.completed_ok > 0);
+    assert_eq!(
+        counters.completed_dropped, 0,
+        "600 ms of work is no overload signal: {counters:?}"
+    );
+    // 1.2 s of work is past the caller's timeout on its own: the service is too slow.
+    let (run, counters) = gate_counters(&doc("1200ms"));
+    assert_eq!(run.whole.figures.goodput_rps, 0.0);
+    assert!(counters.completed_dropped > 0, "{counters:?}");
+    assert_eq!(counters.completed_ok, 0, "{counters:?}");
+}
+
 #[test]
 fn every_request_ends_in_exactly_one_outcome() {
     let doc = POOL.replace("rate = 10", "rate = 60").replace(
