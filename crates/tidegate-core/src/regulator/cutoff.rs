@@ -144,10 +144,12 @@ impl PriorityCutoff {
             elapsed = (now - last).as_secs_f64();
             let factor = 0.5f64.powf(elapsed / self.half_life.as_secs_f64());
             // The factor is finite, so the counts of the ranks never seen stay zero: only the
-            // seen ones need decaying.
-            for (word, &bits) in self.seen.iter().enumerate() {
-                for bit in SetBits(bits) {
-                    self.counts[word * 64 + bit] *= factor;
+            // blocks of 64 ranks with one seen need decaying (all of a block at once, which
+            // the compiler vectorizes, is faster than picking out its seen ranks when most
+            // are, as in traffic spread over tiers and cohorts).
+            for (block, &bits) in self.counts.chunks_exact_mut(64).zip(&self.seen) {
+                if bits != 0 {
+                    block.iter_mut().for_each(|c| *c *= factor);
                 }
             }
         }
