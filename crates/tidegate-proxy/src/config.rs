@@ -24,7 +24,7 @@ use crate::error::Error;
 pub struct Config {
     /// Where clients connect (HTTP/1.1 and h2c on the same port).
     pub listen: SocketAddr,
-    /// Where `/metrics`, `/status`, `/healthz` and `/readyz` are served.
+    /// Where `/metrics`, `/status`, `/dashboard`, `/healthz` and `/readyz` are served.
     pub admin: SocketAddr,
     /// Worker threads of the runtime (the CLI's `--threads`): 1 runs everything on one thread,
     /// 0 one per core.
