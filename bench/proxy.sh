@@ -6,7 +6,8 @@
 #
 # The origin is nginx (one worker) answering a 13-byte body from memory. wrk (one thread,
 # keep-alive) drives each row: direct to the origin, then through tidegate (its default
-# adaptive gate: Autotune limit + PIE), nginx as a reverse proxy and haproxy. On a machine with
+# adaptive gate: Autotune limit + PIE), the same with its gate out of the way (tg-nogate),
+# nginx as a reverse proxy and haproxy. On a machine with
 # two cores or more, the proxy under test runs on its own core (taskset) and the origin and wrk
 # share the others. Prints req/s, p50 and p99, the CPU the proxy used, and each proxy's req/s
 # and req/s per core of CPU relative to nginx's. On a small machine the origin and wrk can be
@@ -53,6 +54,7 @@ else
 fi
 
 origin_port=18080 tidegate_port=18081 tidegate_admin=18091 nginx_port=18082 haproxy_port=18083
+bare_port=18084 bare_admin=18094
 
 nginx_conf() { # NAME BODY-OF-SERVER-BLOCK
     mkdir -p "$work/$1/logs"
@@ -112,11 +114,18 @@ origin_pid=$!
     --listen "127.0.0.1:$tidegate_port" --admin "127.0.0.1:$tidegate_admin" --threads 1 \
     >"$work/tidegate.log" 2>&1 & pids+=($!)
 tidegate_pid=$!
+# The same proxy with its gate out of the way (a fixed limit of 100,000, no regulator): the
+# difference between the two tidegate rows is what the adaptive gate costs.
+printf '[gate.limit]\nalgorithm = "fixed"\n[gate.limit.fixed]\nlimit = 100000\n[gate.regulator]\nalgorithm = "off"\n' >"$work/bare.toml"
+"${proxy_cpu[@]}" "$tidegate" proxy --config "$work/bare.toml" --upstream "http://127.0.0.1:$origin_port" \
+    --listen "127.0.0.1:$bare_port" --admin "127.0.0.1:$bare_admin" --threads 1 \
+    >"$work/bare.log" 2>&1 & pids+=($!)
+bare_pid=$!
 "${proxy_cpu[@]}" nginx -p "$work/peer" -c "$work/peer/nginx.conf" & pids+=($!)
 nginx_pid=$!
 "${proxy_cpu[@]}" haproxy -q -db -f "$work/haproxy.cfg" & pids+=($!)
 haproxy_pid=$!
-for port in $origin_port $tidegate_port $nginx_port $haproxy_port; do wait_port "$port"; done
+for port in $origin_port $tidegate_port $bare_port $nginx_port $haproxy_port; do wait_port "$port"; done
 
 # wrk's latency in milliseconds, whatever unit it printed.
 to_ms() {
@@ -147,6 +156,7 @@ run() { # NAME PORT PID (the process whose CPU time is charged to the row)
 
 run direct $origin_port $origin_pid
 run tidegate $tidegate_port $tidegate_pid
+run tg-nogate $bare_port $bare_pid
 run nginx $nginx_port $nginx_pid
 run haproxy $haproxy_port $haproxy_pid
 

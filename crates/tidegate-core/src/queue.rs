@@ -4,9 +4,12 @@
 //! Finding the most important waiting entry is a scan of 12 words for the first set bit, so
 //! push, pop and cancel are O(1) whatever the queue length. Entries live in a slab and each
 //! rank's FIFO is a doubly linked list through it, so that a caller that goes away can remove
-//! its entry from the middle without a search. Each entry has a deadline; a min-heap of
-//! deadlines (with lazy deletion, compacted when it holds mostly stale items) finds the expired
-//! ones without scanning.
+//! its entry from the middle without a search. Each entry has a deadline, and the expired ones
+//! are found without scanning: when the entries share one timeout, as they do unless a caller
+//! brings its own, deadlines come in increasing order and wait in a FIFO (a push and a pop at
+//! its ends); a deadline that would break that order waits in a min-heap instead, and the
+//! earliest is the lesser of the two fronts. Both keep the entries that left early until they
+//! reach the front (lazy deletion, compacted when mostly stale).
 //!
 //! Within a rank, entries leave in arrival order (FIFO) or, under sustained overload, newest
 //! first (adaptive LIFO, as Facebook's servers do): when the queue has stood for a while, the
@@ -14,7 +17,7 @@
 //! newest gives the freshest requests a real chance instead of serving everyone too late.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use crate::priority::{Priority, RANKS};
 use crate::time::{Nanos, Time};
@@ -79,8 +82,66 @@ pub struct PriorityQueue {
     heads: Box<[u32; RANKS]>,
     tails: Box<[u32; RANKS]>,
     nonempty: [u64; WORDS],
-    deadlines: BinaryHeap<Reverse<(Time, u32, u32)>>,
+    deadlines: Deadlines,
     len: usize,
+}
+
+/// A deadline in the queue: when, and the slot and generation of the entry it belongs to
+/// (ties between equal deadlines go to the lower slot).
+type DeadlineKey = (Time, u32, u32);
+
+/// The deadlines of the waiting entries (and of some that left, skipped when they reach the
+/// front), earliest first. Each key is in one of two places: `in_order` holds keys in
+/// increasing order, so that the common case of one timeout for all is a push at the back and
+/// a pop at the front; a key less than the last one there goes to `out_of_order`, a min-heap.
+/// The earliest key is the lesser of the two fronts, so keys come out in the same order as
+/// from one heap of them all.
+#[derive(Clone, Debug, Default)]
+struct Deadlines {
+    in_order: VecDeque<DeadlineKey>,
+    out_of_order: BinaryHeap<Reverse<DeadlineKey>>,
+}
+
+impl Deadlines {
+    fn len(&self) -> usize {
+        self.in_order.len() + self.out_of_order.len()
+    }
+
+    fn push(&mut self, key: DeadlineKey) {
+        match self.in_order.back() {
+            Some(&last) if key < last => self.out_of_order.push(Reverse(key)),
+            _ => self.in_order.push_back(key),
+        }
+    }
+
+    fn peek(&self) -> Option<DeadlineKey> {
+        let heap = self.out_of_order.peek().map(|&Reverse(key)| key);
+        match (self.in_order.front().copied(), heap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Removes the key [`Deadlines::peek`] returned.
+    fn pop(&mut self) {
+        let heap = self.out_of_order.peek().map(|&Reverse(key)| key);
+        match (self.in_order.front(), heap) {
+            (Some(&a), Some(b)) if b < a => {
+                self.out_of_order.pop();
+            }
+            (Some(_), _) => {
+                self.in_order.pop_front();
+            }
+            (None, _) => {
+                self.out_of_order.pop();
+            }
+        }
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&DeadlineKey) -> bool) {
+        self.in_order.retain(&mut keep);
+        self.out_of_order.retain(|Reverse(key)| keep(key));
+    }
 }
 
 impl Default for PriorityQueue {
@@ -97,7 +158,7 @@ impl PriorityQueue {
             heads: Box::new([NONE; RANKS]),
             tails: Box::new([NONE; RANKS]),
             nonempty: [0; WORDS],
-            deadlines: BinaryHeap::new(),
+            deadlines: Deadlines::default(),
             len: 0,
         }
     }
@@ -144,8 +205,7 @@ impl PriorityQueue {
         self.tails[rank] = index;
         self.len += 1;
         if entry.deadline < Time::MAX {
-            self.deadlines
-                .push(Reverse((entry.deadline, index, generation)));
+            self.deadlines.push((entry.deadline, index, generation));
             self.compact_deadlines();
         }
         Ticket { index, generation }
@@ -207,7 +267,7 @@ impl PriorityQueue {
 
     /// Removes and returns one entry whose deadline is at or before `now`, earliest first.
     pub fn pop_expired(&mut self, now: Time) -> Option<(Ticket, Entry)> {
-        while let Some(&Reverse((deadline, index, generation))) = self.deadlines.peek() {
+        while let Some((deadline, index, generation)) = self.deadlines.peek() {
             if deadline > now {
                 return None;
             }
@@ -221,7 +281,7 @@ impl PriorityQueue {
 
     /// The earliest deadline among the waiting entries.
     pub fn earliest_deadline(&mut self) -> Option<Time> {
-        while let Some(&Reverse((deadline, index, generation))) = self.deadlines.peek() {
+        while let Some((deadline, index, generation)) = self.deadlines.peek() {
             if self.contains(Ticket { index, generation }) {
                 return Some(deadline);
             }
@@ -294,16 +354,16 @@ impl PriorityQueue {
         Some((ticket, entry))
     }
 
-    /// Entries that leave by `pop` or `remove` leave their deadline behind in the heap; they
-    /// are skipped when they reach the top. Rebuilding when stale items outnumber live ones
-    /// keeps the heap within twice the queue length (plus slack), whether or not deadlines
+    /// Entries that leave by `pop` or `remove` leave their deadline behind; they are skipped
+    /// when they reach the front. Dropping them when stale keys outnumber live ones keeps the
+    /// deadlines within twice the queue length (plus slack), whether or not deadlines
     /// are ever polled.
     fn compact_deadlines(&mut self) {
         if self.deadlines.len() <= 2 * self.len + 64 {
             return;
         }
         let slots = &self.slots;
-        self.deadlines.retain(|Reverse((_, index, generation))| {
+        self.deadlines.retain(|(_, index, generation)| {
             let slot = &slots[*index as usize];
             slot.generation == *generation && slot.entry.is_some()
         });
@@ -396,6 +456,70 @@ mod tests {
         );
         assert_eq!(q.pop_expired(Time::from_nanos(60)), None);
         assert_eq!(q.earliest_deadline(), None);
+    }
+
+    /// Deadlines mostly in order (one timeout), some earlier (a caller's own), ties, and
+    /// entries leaving early: what expires, and in what order, is what one heap of all the
+    /// deadlines gives (the earliest live entry, the lower slot first on a tie).
+    #[test]
+    fn expiry_order_with_deadlines_in_and_out_of_order() {
+        let mut rng = crate::rng::Rng::seed(11);
+        let mut q = PriorityQueue::new();
+        let mut waiting: Vec<(Ticket, Time)> = Vec::new();
+        let mut now = 0u64;
+        let (mut expired, mut out_of_order) = (0, 0);
+        for _ in 0..20_000 {
+            now += rng.range_inclusive(0, 3) as u64;
+            match rng.range_inclusive(0, 9) {
+                0..=4 => {
+                    let own_timeout = rng.chance(0.1);
+                    out_of_order += usize::from(own_timeout);
+                    let timeout = if own_timeout {
+                        rng.range_inclusive(0, 60) as u64
+                    } else {
+                        50
+                    };
+                    let rank = rng.range_inclusive(0, 3) as u32;
+                    let ticket = q.push(entry(rank, 0, now, now + timeout));
+                    waiting.push((ticket, Time::from_nanos(now + timeout)));
+                }
+                5 => {
+                    if let Some((ticket, _)) = q.pop(Order::Fifo) {
+                        waiting.retain(|(t, _)| *t != ticket);
+                    }
+                }
+                6 if !waiting.is_empty() => {
+                    let i = rng.range_inclusive(0, waiting.len() as i64 - 1) as usize;
+                    let (ticket, _) = waiting.swap_remove(i);
+                    assert!(q.remove(ticket).is_some());
+                }
+                _ => {
+                    let now = Time::from_nanos(now);
+                    let earliest = waiting.iter().map(|&(t, d)| (d, t.slot())).min();
+                    assert_eq!(q.earliest_deadline(), earliest.map(|(d, _)| d));
+                    loop {
+                        let due = earliest_due(&waiting, now);
+                        let got = q.pop_expired(now).map(|(t, _)| t);
+                        assert_eq!(got, due);
+                        let Some(ticket) = got else { break };
+                        waiting.retain(|(t, _)| *t != ticket);
+                        expired += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            expired > 1_000 && out_of_order > 500,
+            "{expired} {out_of_order}"
+        );
+    }
+
+    fn earliest_due(waiting: &[(Ticket, Time)], now: Time) -> Option<Ticket> {
+        let (ticket, deadline) = waiting
+            .iter()
+            .copied()
+            .min_by_key(|&(t, d)| (d, t.slot()))?;
+        (deadline <= now).then_some(ticket)
     }
 
     #[test]

@@ -81,8 +81,18 @@ impl Nanos {
     }
     /// Rounds to the nearest nanosecond; negative and NaN become zero, overflow saturates.
     pub fn from_secs_f64(secs: f64) -> Nanos {
-        // `as` from f64 saturates and maps NaN to 0, which is what we want.
-        Nanos((secs * 1e9).round() as u64)
+        // `f64::round` is a call into libm on the baseline x86-64 target, and the simulator
+        // converts every arrival's gap: rounding by hand is the same to the nanosecond
+        // (half away from zero), without the call. `as` from f64 truncates, saturates, and
+        // maps NaN to 0, which is what we want; the fraction `nanos - whole` is exact (the
+        // two are within a factor of two of each other, or `whole` is 0).
+        let nanos = secs * 1e9;
+        let whole = nanos as u64;
+        if nanos - whole as f64 >= 0.5 {
+            Nanos(whole.saturating_add(1))
+        } else {
+            Nanos(whole)
+        }
     }
     pub const fn as_nanos(self) -> u64 {
         self.0
@@ -260,6 +270,48 @@ impl<'de> Deserialize<'de> for Nanos {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hand rounding of `from_secs_f64` is `f64::round` (then saturated), to the
+    /// nanosecond, at the halves, the edges of the range and on random values at every scale.
+    #[test]
+    fn from_secs_f64_rounds_as_f64_round() {
+        let by_round = |secs: f64| (secs * 1e9).round() as u64;
+        let mut cases = vec![
+            0.0,
+            -0.0,
+            -1e-10,
+            -0.6e-9,
+            0.4e-9,
+            0.5e-9,
+            1.5e-9,
+            2.5e-9,
+            // The largest double below one half, where adding 0.5 and flooring goes wrong.
+            f64::from_bits(0.5f64.to_bits() - 1) / 1e9,
+            1e9,
+            4.5e9,
+            9.2e9,
+            1.8446744073709552e10,
+            1.9e10,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        let mut rng = crate::rng::Rng::seed(17);
+        for _ in 0..200_000 {
+            let scale = 10f64.powi(rng.range_inclusive(-10, 11) as i32);
+            cases.push(rng.next_f64() * scale);
+            // Exact halves of a nanosecond.
+            cases.push((rng.range_inclusive(0, 1 << 40) as f64 + 0.5) / 1e9);
+        }
+        for secs in cases {
+            assert_eq!(
+                Nanos::from_secs_f64(secs).as_nanos(),
+                by_round(secs),
+                "{secs:e}"
+            );
+        }
+    }
 
     #[test]
     fn parses_units_and_fractions_exactly() {

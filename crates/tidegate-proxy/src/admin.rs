@@ -1,7 +1,7 @@
 //! The admin listener, on its own port so that it stays reachable (and private) whatever the
 //! traffic does: `/metrics` (Prometheus text), `/status` (JSON of every gate), `/healthz` (the
-//! process answers) and `/readyz` (it accepts traffic: not draining, and some upstream not
-//! ejected).
+//! process answers), `/readyz` (it accepts traffic: not draining, and some upstream not
+//! ejected), and `/dashboard` with its data (see [`crate::dashboard`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::dashboard;
 use crate::handler::Shared;
 
 /// Serves the admin endpoints until `stop` turns true.
@@ -26,6 +27,8 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
+    // For the dashboard's sampler, which stops with the listener.
+    let sampler_stop = stop.clone();
     loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break,
@@ -33,10 +36,11 @@ pub(crate) async fn serve(
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let shared = shared.clone();
+                let stop = sampler_stop.clone();
                 connections.spawn(async move {
                     let service = service_fn(move |request| {
-                        let shared = shared.clone();
-                        async move { Ok::<_, Infallible>(respond(&shared, &request)) }
+                        let response = respond(&shared, &request, &stop);
+                        async move { Ok::<_, Infallible>(response) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -48,7 +52,11 @@ pub(crate) async fn serve(
     connections.abort_all();
 }
 
-fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn respond(
+    shared: &Arc<Shared>,
+    request: &Request<Incoming>,
+    stop: &watch::Receiver<bool>,
+) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".to_owned());
     }
@@ -77,6 +85,40 @@ fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>
             );
             response
         }
+        "/dashboard" | "/dashboard/" => {
+            let mut response = text(StatusCode::OK, dashboard::PAGE.to_owned());
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            // Everything the page needs is in it: it may talk to this listener and nothing
+            // else.
+            headers.insert(
+                header::CONTENT_SECURITY_POLICY,
+                header::HeaderValue::from_static(
+                    "default-src 'none'; script-src 'unsafe-inline'; \
+                     style-src 'unsafe-inline'; connect-src 'self'",
+                ),
+            );
+            response
+        }
+        "/dashboard/data" => match dashboard::data(shared, request.uri().query(), stop) {
+            Ok(body) => {
+                let mut response = text(StatusCode::OK, body);
+                let headers = response.headers_mut();
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("application/json"),
+                );
+                headers.insert(
+                    header::CACHE_CONTROL,
+                    header::HeaderValue::from_static("no-store"),
+                );
+                response
+            }
+            Err(reason) => text(StatusCode::BAD_REQUEST, format!("{reason}\n")),
+        },
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => {
             if shared.draining.load(Ordering::Acquire) {
@@ -92,7 +134,7 @@ fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics, /status, /healthz or /readyz\n".to_owned(),
+            "not found: try /metrics, /status, /dashboard, /healthz or /readyz\n".to_owned(),
         ),
     }
 }
@@ -161,6 +203,7 @@ fn status(shared: &Shared) -> Value {
         .collect();
     json!({
         "draining": shared.draining.load(Ordering::Acquire),
+        "dashboard": shared.dashboard.status(),
         "upstreams": upstreams,
     })
 }

@@ -24,7 +24,7 @@ use crate::error::Error;
 pub struct Config {
     /// Where clients connect (HTTP/1.1 and h2c on the same port).
     pub listen: SocketAddr,
-    /// Where `/metrics`, `/status`, `/healthz` and `/readyz` are served.
+    /// Where `/metrics`, `/status`, `/dashboard`, `/healthz` and `/readyz` are served.
     pub admin: SocketAddr,
     /// Worker threads of the runtime (the CLI's `--threads`): 1 runs everything on one thread,
     /// 0 one per core.
@@ -39,6 +39,8 @@ pub struct Config {
     pub ejection: EjectionConfig,
     /// Each gate's limit, regulator and queue (one gate per upstream and partition).
     pub gate: GateConfig,
+    /// The live page on the admin listener, `/dashboard`.
+    pub dashboard: DashboardConfig,
 }
 
 impl Default for Config {
@@ -54,6 +56,7 @@ impl Default for Config {
             routes: Vec::new(),
             ejection: EjectionConfig::default(),
             gate: GateConfig::default(),
+            dashboard: DashboardConfig::default(),
         }
     }
 }
@@ -205,6 +208,29 @@ impl Default for EjectionConfig {
     }
 }
 
+/// The live dashboard (`/dashboard` on the admin listener): how often it samples the gates and
+/// how much it keeps. It samples only while a page (or anything) polls `/dashboard/data`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DashboardConfig {
+    /// Time between two samples of every gate (at least 10 ms).
+    pub interval: Nanos,
+    /// Samples kept in memory, the oldest forgotten first (1 to 86,400).
+    pub history: usize,
+    /// Sampling stops once nobody has polled `/dashboard/data` for this long.
+    pub idle_after: Nanos,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> DashboardConfig {
+        DashboardConfig {
+            interval: Nanos::from_secs(1),
+            history: 300,
+            idle_after: Nanos::from_secs(10),
+        }
+    }
+}
+
 /// The default configuration as `tidegate proxy --print-default-config` prints it: every key
 /// with its default and a comment. A test checks that it parses to `Config::default()` and
 /// names every key.
@@ -267,6 +293,24 @@ impl Config {
             if value.is_zero() {
                 return invalid(key, "must be longer than zero".to_owned());
             }
+        }
+        if self.dashboard.interval < Nanos::from_millis(10) {
+            return invalid(
+                "dashboard.interval",
+                format!("{} is shorter than 10ms", self.dashboard.interval),
+            );
+        }
+        if !(1..=86_400).contains(&self.dashboard.history) {
+            return invalid(
+                "dashboard.history",
+                format!("{} is not between 1 and 86400", self.dashboard.history),
+            );
+        }
+        if self.dashboard.idle_after.is_zero() {
+            return invalid(
+                "dashboard.idle_after",
+                "must be longer than zero".to_owned(),
+            );
         }
         if self.ejection.max_time < self.ejection.base_time {
             return invalid(

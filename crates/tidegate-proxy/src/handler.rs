@@ -26,6 +26,7 @@ use tidegate_core::limit::Outcome;
 use tidegate_tower::{Permit, default_outcome};
 
 use crate::classify::Classifier;
+use crate::dashboard::Dashboard;
 use crate::forward::{self, Forwarding};
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
@@ -50,6 +51,7 @@ pub(crate) struct Shared {
     pub(crate) shed_status: StatusCode,
     pub(crate) retry_after: Duration,
     pub(crate) draining: AtomicBool,
+    pub(crate) dashboard: Dashboard,
     clock: quanta::Clock,
     epoch: quanta::Instant,
 }
@@ -66,6 +68,7 @@ impl Shared {
         read_timeout: Duration,
         shed_status: StatusCode,
         retry_after: Duration,
+        dashboard: Dashboard,
     ) -> Shared {
         let clock = quanta::Clock::new();
         let epoch = clock.now();
@@ -80,6 +83,7 @@ impl Shared {
             shed_status,
             retry_after,
             draining: AtomicBool::new(false),
+            dashboard,
             clock,
             epoch,
         }
@@ -125,6 +129,9 @@ pub(crate) async fn handle(
         }
     };
     completion.permit = Some(permit);
+    if shared.dashboard.watched() {
+        completion.admitted = Some(shared.now());
+    }
 
     let (mut parts, body) = request.into_parts();
     shared.forwarding.request_headers(
@@ -189,6 +196,8 @@ pub(crate) struct Completion {
     partition: usize,
     arrived: u64,
     permit: Option<Permit>,
+    /// When the request left the gate, read only while the dashboard is watched.
+    admitted: Option<u64>,
     /// The upstream connection, back to its pool when the response has been read whole.
     lent: Option<Lent>,
     finished: bool,
@@ -202,6 +211,7 @@ impl Completion {
             partition,
             arrived,
             permit: None,
+            admitted: None,
             lent: None,
             finished: false,
         };
@@ -284,10 +294,18 @@ impl Completion {
         if let Some(permit) = self.permit.take() {
             permit.release(outcome);
         }
-        let seconds = Duration::from_nanos(self.shared.now().saturating_sub(self.arrived));
+        let now = self.shared.now();
+        let elapsed = now.saturating_sub(self.arrived);
         self.upstream()
             .metrics
-            .observe(class, seconds.as_secs_f64());
+            .observe(class, Duration::from_nanos(elapsed).as_secs_f64());
+        let dashboard = &self.shared.dashboard;
+        if matches!(class, Class::Ok | Class::Dropped | Class::Ignored) && dashboard.watched() {
+            dashboard.e2e.record(elapsed);
+            if let Some(admitted) = self.admitted {
+                dashboard.upstream.record(now.saturating_sub(admitted));
+            }
+        }
     }
 }
 

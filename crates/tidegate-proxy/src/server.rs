@@ -19,6 +19,7 @@ use tokio::task::JoinSet;
 use crate::admin;
 use crate::classify::{Classifier, DEFAULT_PARTITION};
 use crate::config::{Config, duration};
+use crate::dashboard::Dashboard;
 use crate::error::Error;
 use crate::forward::{self, Forwarding};
 use crate::handler::{self, Shared};
@@ -117,6 +118,7 @@ impl Proxy {
                 reason: e.to_string(),
             })?,
             retry_after,
+            Dashboard::new(&config.dashboard),
         );
         let listener = bind(config.listen, "listen")?;
         let admin = bind(config.admin, "admin")?;

@@ -15,7 +15,8 @@ use tidegate_proxy::{Config, DEFAULT_CONFIG, Proxy, UpstreamConfig};
 /// TIER/COHORT). A TOML file (--config) sets the rest; --print-default-config prints every key
 /// with its default. The flags override the file.
 ///
-/// Admin endpoints on --admin: /metrics (Prometheus), /status (JSON), /healthz, /readyz.
+/// Admin endpoints on --admin: /metrics (Prometheus), /status (JSON), /dashboard (a live page),
+/// /healthz, /readyz.
 /// SIGTERM or SIGINT: stop accepting, let requests in flight finish (server.drain_timeout),
 /// exit 0.
 #[derive(Debug, Args)]
@@ -27,7 +28,8 @@ pub(crate) struct ProxyArgs {
     /// Where clients connect, HTTP/1.1 and h2c [default: 127.0.0.1:8080]
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
-    /// Where /metrics, /status, /healthz and /readyz are served [default: 127.0.0.1:9090]
+    /// Where /metrics, /status, /dashboard, /healthz and /readyz are served [default:
+    /// 127.0.0.1:9090]
     #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
     /// A TOML configuration file (see --print-default-config).

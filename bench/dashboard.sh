@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# What an open dashboard costs the proxy's data path: the same tidegate proxy (one worker
+# thread, default gate) in front of an nginx origin, driven by wrk, alternately without and
+# with a client polling /dashboard/data every second as the page does (which keeps the
+# sampler running and the latency histograms recording).
+#
+#   bench/dashboard.sh [PAIRS] [SECONDS] [CONNECTIONS]     (default: 4 pairs, 5 s, 32)
+#
+# Prints each run's req/s, p99 and the proxy's CPU time per request, then the medians of each
+# side. The spread between runs of the same side is the noise to compare the difference with.
+# Installs nginx-light and wrk from Debian's packages when missing. A benchmark, not a test.
+set -euo pipefail
+
+pairs="${1:-4}"
+secs="${2:-5}"
+conns="${3:-32}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-dashboard-bench.XXXXXX")"
+pids=()
+poller=""
+cleanup() {
+    [[ -n "$poller" ]] && kill "$poller" 2>/dev/null
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+need=()
+command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
+command -v wrk >/dev/null || need+=(wrk)
+command -v curl >/dev/null || need+=(curl)
+if [[ ${#need[@]} -gt 0 ]]; then
+    sudo_cmd=()
+    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+export PATH="$PATH:/usr/sbin"
+
+cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
+tidegate="$root/target/release/tidegate"
+
+cores=$(nproc)
+if [[ $cores -ge 2 ]]; then
+    proxy_cpu=(taskset -c "$((cores - 1))")
+    rest_cpu=(taskset -c "0-$((cores - 2))")
+else
+    proxy_cpu=()
+    rest_cpu=()
+fi
+
+origin_port=18180 proxy_port=18181 admin_port=18191
+mkdir -p "$work/origin/logs"
+cat >"$work/origin/nginx.conf" <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/origin/nginx.pid;
+error_log $work/origin/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $work/origin;
+    keepalive_requests 1000000;
+    server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }
+}
+CONF
+
+wait_port() { # PORT
+    for _ in $(seq 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "nothing listens on 127.0.0.1:$1" >&2
+    exit 1
+}
+
+"${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
+"${proxy_cpu[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
+    --listen "127.0.0.1:$proxy_port" --admin "127.0.0.1:$admin_port" --threads 1 \
+    >"$work/tidegate.log" 2>&1 & pids+=($!)
+proxy_pid=$!
+wait_port $origin_port
+wait_port $proxy_port
+
+to_ms() {
+    awk '{ v = $1; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+           f = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : (u == "m") ? 60000 : 1;
+           printf "%.2f", v * f }'
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# Polls the data endpoint once a second, as the page does, following `since`.
+poll_dashboard() {
+    local since=0
+    while true; do
+        since=$(curl -sf "http://127.0.0.1:$admin_port/dashboard/data?since=$since" |
+            sed -n 's/.*"seq":\([0-9]*\).*/\1/p')
+        since=${since:-0}
+        sleep 1
+    done
+}
+
+run() { # SIDE
+    if [[ $1 == dashboard ]]; then
+        "${rest_cpu[@]}" bash -c "$(declare -f poll_dashboard); admin_port=$admin_port; poll_dashboard" &
+        poller=$!
+        # Until the sampler runs.
+        for _ in $(seq 50); do
+            curl -sf "http://127.0.0.1:$admin_port/status" | grep -q '"sampling":true' && break
+            sleep 0.1
+        done
+    fi
+    local before after
+    before=$(cpu_ticks "$proxy_pid")
+    "${rest_cpu[@]}" wrk -t1 -c"$conns" -d"${secs}s" --latency "http://127.0.0.1:$proxy_port/" >"$work/run.wrk"
+    after=$(cpu_ticks "$proxy_pid")
+    if [[ $1 == dashboard ]]; then
+        if ! curl -sf "http://127.0.0.1:$admin_port/status" | grep -q '"sampling":true'; then
+            echo "the dashboard's sampler was not running during the run" >&2
+            exit 1
+        fi
+        kill "$poller"
+        wait "$poller" 2>/dev/null || true
+        poller=""
+        # Until the sampler has stopped (10 s after the last poll), so the next plain run is
+        # really unwatched.
+        for _ in $(seq 150); do
+            curl -sf "http://127.0.0.1:$admin_port/status" | grep -q '"sampling":false' && break
+            sleep 0.1
+        done
+    fi
+    local requests rps p99 us
+    requests=$(awk '/requests in/ { print $1 }' "$work/run.wrk")
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' "$work/run.wrk")
+    p99=$(awk '$1 == "99%" { print $2 }' "$work/run.wrk" | to_ms)
+    us=$(awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v n="$requests" \
+        'BEGIN { printf "%.2f", t / hz / n * 1e6 }')
+    printf "| %-9s | %9.0f | %7.2f | %6.2f |\n" "$1" "$rps" "$p99" "$us"
+    echo "$1 $rps $p99 $us" >>"$work/results"
+}
+
+# Warm-up: fill the pool and let the limit settle.
+"${rest_cpu[@]}" wrk -t1 -c"$conns" -d2s "http://127.0.0.1:$proxy_port/" >/dev/null
+echo "wrk -t1 -c$conns -d${secs}s, tidegate --threads 1 on its own core, $(nproc) cores; $pairs pairs"
+echo "| side      |     req/s |  p99 ms | CPU us/req |"
+echo "|---|---:|---:|---:|"
+for _ in $(seq "$pairs"); do
+    run plain
+    run dashboard
+done
+median() { # SIDE COLUMN
+    awk -v s="$1" -v c="$2" '$1 == s { print $c }' "$work/results" | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+range() { # SIDE COLUMN
+    awk -v s="$1" -v c="$2" '$1 == s { print $c }' "$work/results" | sort -g |
+        awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'
+}
+for side in plain dashboard; do
+    printf "median %-9s: %s req/s (%s), CPU %s us/req (%s)\n" "$side" \
+        "$(median "$side" 2)" "$(range "$side" 2)" "$(median "$side" 4)" "$(range "$side" 4)"
+done

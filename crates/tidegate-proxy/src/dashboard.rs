@@ -1,0 +1,589 @@
+//! The live dashboard on the admin listener: `/dashboard` (one self-contained page, every asset
+//! in the binary) and `/dashboard/data?since=SEQ` (the samples after `SEQ`, as compact JSON).
+//!
+//! Why a sampler rather than computing on each poll: rates and latency percentiles need two
+//! readings a known time apart, and several pages polling at once must see the same points.
+//! So a task reads every gate's counters once per `dashboard.interval` into a bounded ring of
+//! [`Point`]s, and the pages only copy points out of it.
+//!
+//! Why it costs the data path nothing while nobody looks: the sampler runs only while someone
+//! has polled `/dashboard/data` within `dashboard.idle_after`; it is started by a poll and stops
+//! by itself. The gates' counters are kept anyway (for `/metrics`); the only thing recorded for
+//! the dashboard alone is latency, into two arrays of atomic counters, and only while the
+//! sampler runs: unwatched, a request pays one relaxed load of a flag.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tidegate_core::gate::TierCounters;
+use tidegate_core::priority::TIERS;
+use tokio::sync::watch;
+
+use crate::config::{DashboardConfig, duration};
+use crate::handler::Shared;
+
+/// The page, served as is: HTML, CSS and JavaScript in one file, charts drawn on canvases.
+pub(crate) const PAGE: &str = include_str!("dashboard.html");
+
+/// Sub-buckets per power of two in [`LatencyHistogram`]: 8, so a bucket spans at most 1/8 of
+/// its lower bound and a percentile is within about 6% (the bucket's middle is reported).
+const SUB_BITS: u32 = 3;
+const SUB_BUCKETS: usize = 1 << SUB_BITS;
+/// Values below this (in nanoseconds) get a bucket each.
+const LINEAR: u64 = 2 * SUB_BUCKETS as u64;
+const BUCKETS: usize = LINEAR as usize + (64 - (SUB_BITS as usize + 1)) * SUB_BUCKETS;
+
+/// Latencies in nanoseconds, counted in log-linear buckets of atomic counters: recording is
+/// one relaxed increment, reading is a copy of the counts, and the percentiles of an interval
+/// come from the difference of two copies.
+#[derive(Debug)]
+pub(crate) struct LatencyHistogram {
+    counts: Box<[AtomicU64]>,
+}
+
+impl LatencyHistogram {
+    fn new() -> LatencyHistogram {
+        LatencyHistogram {
+            counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn bucket(nanos: u64) -> usize {
+        if nanos < LINEAR {
+            return nanos as usize;
+        }
+        let exponent = 63 - nanos.leading_zeros();
+        let mantissa = (nanos >> (exponent - SUB_BITS)) as usize & (SUB_BUCKETS - 1);
+        LINEAR as usize + (exponent - SUB_BITS - 1) as usize * SUB_BUCKETS + mantissa
+    }
+
+    /// The middle of a bucket, in nanoseconds.
+    fn middle(bucket: usize) -> f64 {
+        if bucket < LINEAR as usize {
+            return bucket as f64;
+        }
+        let offset = bucket - LINEAR as usize;
+        let exponent = (offset / SUB_BUCKETS) as u32 + SUB_BITS + 1;
+        let mantissa = (offset % SUB_BUCKETS) as u64;
+        let width = 1u64 << (exponent - SUB_BITS);
+        let low = (SUB_BUCKETS as u64 + mantissa) * width;
+        low as f64 + width as f64 / 2.0
+    }
+
+    pub(crate) fn record(&self, nanos: u64) {
+        self.counts[Self::bucket(nanos)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> Vec<u64> {
+        self.counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+/// The `q`-quantiles (in milliseconds) of what was recorded between two readings, `None`
+/// when nothing was.
+fn quantiles<const N: usize>(before: &[u64], after: &[u64], q: [f64; N]) -> Option<[f64; N]> {
+    let delta: Vec<u64> = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
+    let total: u64 = delta.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    Some(q.map(|q| {
+        // The rank of the quantile among `total` values, 1-based.
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        let bucket = delta
+            .iter()
+            .position(|&count| {
+                seen += count;
+                seen >= rank
+            })
+            .unwrap_or(BUCKETS - 1);
+        LatencyHistogram::middle(bucket) / 1e6
+    }))
+}
+
+/// One gate at one sample.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct GatePoint {
+    pub(crate) inflight: u32,
+    pub(crate) limit: u32,
+    pub(crate) queued: usize,
+    /// How long the oldest waiting request has waited, in milliseconds.
+    pub(crate) wait_ms: f64,
+    /// The regulator's drop probability or rejection ratio.
+    pub(crate) ratio: f64,
+    /// The least important rank still admitted (`tier * 128 + cohort`), when one is cut off.
+    pub(crate) cutoff: Option<u16>,
+    pub(crate) burst: bool,
+    pub(crate) overloaded: bool,
+}
+
+/// Requests per second turned away, by why.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub(crate) struct Rejected {
+    pub(crate) regulator: f64,
+    pub(crate) queue_full: f64,
+    pub(crate) no_lease: f64,
+    /// Waited in the queue past its timeout.
+    pub(crate) expired: f64,
+}
+
+/// One sample: rates over the interval before it (per second, summed over the gates),
+/// latency percentiles of the requests that ended in it, and every gate's state at its end.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct Point {
+    pub(crate) seq: u64,
+    /// Seconds since the proxy started.
+    pub(crate) t: f64,
+    pub(crate) offered: f64,
+    pub(crate) admitted: f64,
+    /// Answered with success by the upstream.
+    pub(crate) goodput: f64,
+    /// Answered with a failure (5xx, refused, reset, timed out).
+    pub(crate) failed: f64,
+    pub(crate) rejected: Rejected,
+    /// Rejected or expired, by tier (0 most important).
+    pub(crate) rejected_by_tier: [f64; TIERS as usize],
+    /// p50 and p99 in milliseconds, from arrival to the response's last byte, of the requests
+    /// the upstream answered.
+    pub(crate) e2e_ms: Option<[f64; 2]>,
+    /// p50 and p99 in milliseconds, from leaving the gate to the response's last byte.
+    pub(crate) upstream_ms: Option<[f64; 2]>,
+    /// In the order of the answer's `gates`.
+    pub(crate) gates: Vec<GatePoint>,
+}
+
+/// The last `capacity` points, oldest first.
+#[derive(Debug)]
+pub(crate) struct History {
+    points: VecDeque<Point>,
+    capacity: usize,
+    next_seq: u64,
+}
+
+impl History {
+    pub(crate) fn new(capacity: usize) -> History {
+        History {
+            points: VecDeque::with_capacity(capacity),
+            capacity,
+            next_seq: 1,
+        }
+    }
+
+    /// Appends `point`, numbered after the last one, and forgets the oldest beyond capacity.
+    pub(crate) fn push(&mut self, mut point: Point) {
+        point.seq = self.next_seq;
+        self.next_seq += 1;
+        if self.points.len() == self.capacity {
+            self.points.pop_front();
+        }
+        self.points.push_back(point);
+    }
+
+    /// The sequence number of the newest point, 0 before any.
+    pub(crate) fn latest(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    /// The points after `since`; all of them when `since` is from the future (a page that
+    /// talked to an earlier run of the proxy).
+    pub(crate) fn since(&self, since: u64) -> Vec<Point> {
+        let since = if since > self.latest() { 0 } else { since };
+        // Sequence numbers are consecutive: skip straight to the first one wanted.
+        let first = self.points.front().map_or(0, |p| p.seq);
+        let skip =
+            usize::try_from(since.saturating_sub(first.saturating_sub(1))).unwrap_or(usize::MAX);
+        self.points.iter().skip(skip).cloned().collect()
+    }
+}
+
+/// Whether a sampler should run: someone polled within `idle_after`. Starting is up to a poll,
+/// stopping up to the sampler, with no lock; the handshake guarantees that a poll never finds
+/// the sampler about to stop without either starting a new one or the old one going on.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    last_poll: AtomicU64,
+    sampling: AtomicBool,
+    idle_after: u64,
+}
+
+impl Watch {
+    pub(crate) fn new(idle_after: Duration) -> Watch {
+        Watch {
+            last_poll: AtomicU64::new(0),
+            sampling: AtomicBool::new(false),
+            idle_after: u64::try_from(idle_after.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// A page polled at `now`: true when the caller must start a sampler.
+    pub(crate) fn poll(&self, now: u64) -> bool {
+        self.last_poll.fetch_max(now, Ordering::SeqCst);
+        !self.sampling.swap(true, Ordering::SeqCst)
+    }
+
+    /// Asked by the sampler after each sample: false when it must stop (and it has been
+    /// marked stopped).
+    pub(crate) fn keep_sampling(&self, now: u64) -> bool {
+        let recent = |last: u64| now.saturating_sub(last) < self.idle_after;
+        if recent(self.last_poll.load(Ordering::SeqCst)) {
+            return true;
+        }
+        self.sampling.store(false, Ordering::SeqCst);
+        // A poll between the load and the store saw `sampling` still true and started
+        // nothing: go on for it, unless a sampler it started already has.
+        recent(self.last_poll.load(Ordering::SeqCst)) && !self.sampling.swap(true, Ordering::SeqCst)
+    }
+
+    /// Whether a sampler runs: latencies are recorded only then.
+    pub(crate) fn sampling(&self) -> bool {
+        self.sampling.load(Ordering::Relaxed)
+    }
+}
+
+/// The dashboard's state in the proxy.
+#[derive(Debug)]
+pub(crate) struct Dashboard {
+    interval: Duration,
+    watch: Watch,
+    history: Mutex<History>,
+    /// Arrival to the response's last byte.
+    pub(crate) e2e: LatencyHistogram,
+    /// Leaving the gate to the response's last byte.
+    pub(crate) upstream: LatencyHistogram,
+    /// Milliseconds since the Unix epoch when the proxy started: a page that sees it change
+    /// knows the proxy restarted and drops what it has.
+    instance: u64,
+}
+
+impl Dashboard {
+    pub(crate) fn new(config: &DashboardConfig) -> Dashboard {
+        let instance = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Dashboard {
+            interval: duration(config.interval),
+            watch: Watch::new(duration(config.idle_after)),
+            history: Mutex::new(History::new(config.history)),
+            e2e: LatencyHistogram::new(),
+            upstream: LatencyHistogram::new(),
+            instance,
+        }
+    }
+
+    /// Whether latencies are being recorded (one relaxed load).
+    pub(crate) fn watched(&self) -> bool {
+        self.watch.sampling()
+    }
+
+    /// For `/status`: whether the sampler runs, and the samples taken.
+    pub(crate) fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "sampling": self.watched(),
+            "samples": self.history().latest(),
+        })
+    }
+
+    fn history(&self) -> std::sync::MutexGuard<'_, History> {
+        // A panic while holding the lock cannot leave a ring half-updated in a way that
+        // matters to a chart: carry on with it.
+        self.history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Answers `/dashboard/data?since=SEQ` (starting the sampler if it is not running), or names
+/// what is wrong with the query.
+pub(crate) fn data(
+    shared: &Arc<Shared>,
+    query: Option<&str>,
+    stop: &watch::Receiver<bool>,
+) -> Result<String, String> {
+    let since = parse_since(query)?;
+    let dashboard = &shared.dashboard;
+    if dashboard.watch.poll(shared.now()) {
+        tokio::spawn(sample(shared.clone(), stop.clone()));
+    }
+    let (latest, capacity, points) = {
+        let history = dashboard.history();
+        (history.latest(), history.capacity, history.since(since))
+    };
+    let gates: Vec<&str> = shared
+        .upstreams
+        .list
+        .iter()
+        .flat_map(|u| u.gates.iter().map(|g| g.name.as_str()))
+        .collect();
+    let answer = serde_json::json!({
+        "instance": dashboard.instance,
+        "seq": latest,
+        "interval": dashboard.interval.as_secs_f64(),
+        "history": capacity,
+        "gates": gates,
+        "points": points,
+    });
+    Ok(answer.to_string())
+}
+
+fn parse_since(query: Option<&str>) -> Result<u64, String> {
+    let mut since = 0;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("since", value)) => {
+                since = value.parse().map_err(|_| {
+                    format!("since={value:?} is not a sequence number (a whole number >= 0)")
+                })?;
+            }
+            _ => {
+                return Err(format!(
+                    "unknown parameter {pair:?}: the only one is since=SEQ"
+                ));
+            }
+        }
+    }
+    Ok(since)
+}
+
+/// Every gate's counters summed, every gate's state, and the latency counts, at one instant.
+struct Reading {
+    at: u64,
+    tiers: [TierCounters; TIERS as usize],
+    gates: Vec<GatePoint>,
+    e2e: Vec<u64>,
+    upstream: Vec<u64>,
+}
+
+impl Reading {
+    fn take(shared: &Shared) -> Reading {
+        let mut tiers = [TierCounters::default(); TIERS as usize];
+        let mut gates = Vec::new();
+        for slot in shared.upstreams.list.iter().flat_map(|u| &u.gates) {
+            let s = slot.gate.snapshot();
+            for (sum, tier) in tiers.iter_mut().zip(&s.counters.tiers) {
+                add(sum, tier);
+            }
+            gates.push(GatePoint {
+                inflight: s.inflight,
+                limit: s.limit,
+                queued: s.queued,
+                wait_ms: s.oldest_wait.as_secs_f64() * 1e3,
+                ratio: s.regulator.reject_ratio,
+                cutoff: s.regulator.cutoff_rank,
+                burst: s.regulator.burst,
+                overloaded: s.regulator.overloaded,
+            });
+        }
+        Reading {
+            at: shared.now(),
+            tiers,
+            gates,
+            e2e: shared.dashboard.e2e.read(),
+            upstream: shared.dashboard.upstream.read(),
+        }
+    }
+
+    /// The point for the interval from `before` to `self`.
+    fn point_since(&self, before: &Reading) -> Point {
+        let seconds = (self.at.saturating_sub(before.at) as f64 / 1e9).max(1e-9);
+        let rate = |read: fn(&TierCounters) -> u64| {
+            let now: u64 = self.tiers.iter().map(read).sum();
+            let then: u64 = before.tiers.iter().map(read).sum();
+            now.saturating_sub(then) as f64 / seconds
+        };
+        let mut rejected_by_tier = [0.0; TIERS as usize];
+        for ((out, now), then) in rejected_by_tier
+            .iter_mut()
+            .zip(&self.tiers)
+            .zip(&before.tiers)
+        {
+            let turned_away = |c: &TierCounters| c.rejected() + c.expired;
+            *out = turned_away(now).saturating_sub(turned_away(then)) as f64 / seconds;
+        }
+        Point {
+            seq: 0,
+            t: self.at as f64 / 1e9,
+            offered: rate(|c| c.arrived),
+            admitted: rate(|c| c.admitted),
+            goodput: rate(|c| c.completed_ok),
+            failed: rate(|c| c.completed_dropped),
+            rejected: Rejected {
+                regulator: rate(|c| c.rejected_regulator),
+                queue_full: rate(|c| c.rejected_queue_full),
+                no_lease: rate(|c| c.rejected_no_lease),
+                expired: rate(|c| c.expired),
+            },
+            rejected_by_tier,
+            e2e_ms: quantiles(&before.e2e, &self.e2e, [0.5, 0.99]),
+            upstream_ms: quantiles(&before.upstream, &self.upstream, [0.5, 0.99]),
+            gates: self.gates.clone(),
+        }
+    }
+}
+
+fn add(sum: &mut TierCounters, c: &TierCounters) {
+    sum.arrived += c.arrived;
+    sum.admitted += c.admitted;
+    sum.completed_ok += c.completed_ok;
+    sum.completed_dropped += c.completed_dropped;
+    sum.completed_ignored += c.completed_ignored;
+    sum.rejected_regulator += c.rejected_regulator;
+    sum.rejected_queue_full += c.rejected_queue_full;
+    sum.rejected_no_lease += c.rejected_no_lease;
+    sum.expired += c.expired;
+    sum.cancelled_queued += c.cancelled_queued;
+    sum.cancelled_inflight += c.cancelled_inflight;
+}
+
+/// Samples every interval until nobody has polled for `idle_after`, or the admin listener
+/// stops.
+async fn sample(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let dashboard = &shared.dashboard;
+    let mut ticks = tokio::time::interval(dashboard.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once: the reading the first point is measured from.
+    ticks.tick().await;
+    let mut before = Reading::take(&shared);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => break,
+            _ = ticks.tick() => {}
+        }
+        let now = Reading::take(&shared);
+        let point = now.point_since(&before);
+        let at = now.at;
+        before = now;
+        dashboard.history().push(point);
+        if !dashboard.watch.keep_sampling(at) {
+            return;
+        }
+    }
+    dashboard.watch.sampling.store(false, Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(t: f64) -> Point {
+        Point {
+            seq: 0,
+            t,
+            offered: 0.0,
+            admitted: 0.0,
+            goodput: 0.0,
+            failed: 0.0,
+            rejected: Rejected::default(),
+            rejected_by_tier: [0.0; TIERS as usize],
+            e2e_ms: None,
+            upstream_ms: None,
+            gates: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn buckets_are_ordered_and_within_an_eighth() {
+        let mut last = 0;
+        let mut values: Vec<u64> = (0..20_000u64)
+            .chain((1..64).map(|shift| (1u64 << shift) + 7))
+            .chain((1..64).map(|shift| (1u64 << shift) - 1))
+            .collect();
+        values.sort_unstable();
+        for nanos in values {
+            let bucket = LatencyHistogram::bucket(nanos);
+            assert!(bucket >= last, "{nanos}: {bucket} < {last}");
+            last = bucket;
+            let middle = LatencyHistogram::middle(bucket);
+            let error = (middle - nanos as f64).abs() / (nanos as f64).max(1.0);
+            assert!(error <= 1.0 / 16.0 + 1e-9, "{nanos} -> {middle}");
+        }
+        assert!(LatencyHistogram::bucket(u64::MAX) < BUCKETS);
+    }
+
+    #[test]
+    fn quantiles_come_from_the_difference_of_two_readings() {
+        let histogram = LatencyHistogram::new();
+        // Before: a thousand 1 s requests, which must not count.
+        for _ in 0..1000 {
+            histogram.record(1_000_000_000);
+        }
+        let before = histogram.read();
+        assert_eq!(quantiles(&before, &histogram.read(), [0.5]), None);
+        // 98 at 1 ms, 2 at 100 ms: p50 1 ms, p99 100 ms (within a bucket).
+        for _ in 0..98 {
+            histogram.record(1_000_000);
+        }
+        for _ in 0..2 {
+            histogram.record(100_000_000);
+        }
+        let [p50, p99] = quantiles(&before, &histogram.read(), [0.5, 0.99]).unwrap();
+        assert!((p50 - 1.0).abs() < 0.07, "{p50}");
+        assert!((p99 - 100.0).abs() < 7.0, "{p99}");
+    }
+
+    #[test]
+    fn history_is_bounded_and_answers_what_came_after() {
+        let mut history = History::new(5);
+        assert_eq!(history.latest(), 0);
+        assert!(history.since(0).is_empty());
+        for i in 0..12 {
+            history.push(point(f64::from(i)));
+        }
+        assert_eq!(history.latest(), 12);
+        let seqs = |points: Vec<Point>| points.iter().map(|p| p.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(history.since(0)), [8, 9, 10, 11, 12]);
+        assert_eq!(seqs(history.since(3)), [8, 9, 10, 11, 12]);
+        assert_eq!(seqs(history.since(9)), [10, 11, 12]);
+        assert_eq!(seqs(history.since(12)), Vec::<u64>::new());
+        // From an earlier run of the proxy: everything.
+        assert_eq!(seqs(history.since(40)), [8, 9, 10, 11, 12]);
+        assert_eq!(
+            history.points.capacity(),
+            5,
+            "never grows past its capacity"
+        );
+    }
+
+    #[test]
+    fn the_sampler_runs_only_while_polled() {
+        let second = 1_000_000_000;
+        let watch = Watch::new(Duration::from_secs(10));
+        assert!(!watch.sampling());
+        assert!(watch.poll(second), "the first poll starts a sampler");
+        assert!(watch.sampling());
+        assert!(!watch.poll(2 * second), "one sampler at a time");
+        assert!(watch.keep_sampling(11 * second));
+        assert!(
+            !watch.keep_sampling(12 * second),
+            "10 s after the last poll"
+        );
+        assert!(!watch.sampling());
+        assert!(watch.poll(13 * second), "a later poll starts it again");
+        // Each poll pushes the deadline back; polls out of order do not pull it forward.
+        assert!(!watch.poll(20 * second));
+        assert!(!watch.poll(15 * second));
+        assert!(watch.keep_sampling(29 * second));
+        assert!(!watch.keep_sampling(30 * second));
+    }
+
+    #[test]
+    fn bad_queries_are_named() {
+        assert_eq!(parse_since(None), Ok(0));
+        assert_eq!(parse_since(Some("since=42")), Ok(42));
+        assert_eq!(parse_since(Some("")), Ok(0));
+        let err = parse_since(Some("since=-1")).unwrap_err();
+        assert!(err.contains("since=\"-1\""), "{err}");
+        let err = parse_since(Some("from=3")).unwrap_err();
+        assert!(err.contains("from=3"), "{err}");
+    }
+}
