@@ -5,5 +5,10 @@
 //!
 //! - [`load`]: an open-loop HTTP load generator that measures latency from each request's
 //!   intended send time (no coordinated omission), by tier, with HDR histograms.
+//! - [`origin`]: the mock origin, an HTTP server driven by the simulator's own service model.
+//! - [`experiment`]: a scenario file over real sockets (origin, protection, load), each
+//!   figure beside the simulator's prediction.
 
+pub mod experiment;
 pub mod load;
+pub mod origin;

@@ -49,7 +49,9 @@ pub use self::http::{ErrorKind, SHED_HEADER};
 use self::http::{Outcome, Pool};
 pub use self::mix::{MixError, TierMix};
 use self::report::{Dispatched, Recorder};
-pub use self::report::{Finished, Latency, Report, RunInfo, SecondReport, TierReport};
+pub use self::report::{
+    Finished, Latency, Report, RunInfo, SecondReport, SteadyReport, TierReport,
+};
 pub use self::schedule::{ArrivalTimes, Arrivals, Phase, Schedule, ScheduleError};
 
 /// The request header that carries a request's tier.
@@ -81,6 +83,9 @@ pub struct LoadConfig {
     pub max_inflight: usize,
     /// Seeds the arrivals (Poisson), the tier draws and the key draws.
     pub seed: u64,
+    /// If given, the report also counts apart the requests intended from this offset on
+    /// ([`Report::steady`]): the steady state after a warm-up, as a simulator reports it.
+    pub steady_from: Option<Nanos>,
 }
 
 impl LoadConfig {
@@ -100,6 +105,7 @@ impl LoadConfig {
             body_size: 0,
             max_inflight: 10_000,
             seed: 1,
+            steady_from: None,
         }
     }
 
@@ -263,6 +269,7 @@ struct Shared {
     body: Bytes,
     timeout: Duration,
     recorder: Mutex<Recorder>,
+    steady_from: Option<Nanos>,
     inflight: AtomicUsize,
     sent: AtomicU64,
     not_sent: AtomicU64,
@@ -305,9 +312,12 @@ async fn send(shared: Arc<Shared>, arrival: Arrival, intended: Instant) {
         other => other,
     };
     let second = usize::try_from(arrival.offset.as_nanos() / 1_000_000_000).unwrap_or(usize::MAX);
+    let steady = shared
+        .steady_from
+        .is_some_and(|from| arrival.offset >= from);
     shared
         .recorder()
-        .record(arrival.slot, second, outcome, latency);
+        .record(arrival.slot, second, steady, outcome, latency);
     if shared.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
         shared.drained.notify_waiters();
     }
@@ -347,6 +357,9 @@ impl Dispatcher {
             offered: vec![0; self.slots],
             not_sent: vec![0; self.slots],
             seconds: Vec::new(),
+            steady_offered: vec![0; self.slots],
+            steady_not_sent: vec![0; self.slots],
+            steady_from: self.shared.steady_from.map(Duration::from),
             lag: self.shared.recorder().lag_histogram(),
             elapsed: Duration::ZERO,
             stopped_early: false,
@@ -364,11 +377,17 @@ impl Dispatcher {
             if d.seconds.len() <= second {
                 d.seconds.resize(second + 1, (0, 0));
             }
+            let steady = self
+                .shared
+                .steady_from
+                .is_some_and(|from| arrival.offset >= from);
             d.offered[arrival.slot] += 1;
+            d.steady_offered[arrival.slot] += u64::from(steady);
             d.seconds[second].0 += 1;
             // Only this thread adds to `inflight`, so the bound holds without a race.
             if self.shared.inflight.load(Ordering::Acquire) >= self.max_inflight {
                 d.not_sent[arrival.slot] += 1;
+                d.steady_not_sent[arrival.slot] += u64::from(steady);
                 d.seconds[second].1 += 1;
                 self.shared.not_sent.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -427,7 +446,8 @@ pub async fn run_observed(
         key_header: config.key_header.clone(),
         body: Bytes::from(vec![0u8; config.body_size]),
         timeout: config.timeout.into(),
-        recorder: Mutex::new(Recorder::new(slots)?),
+        recorder: Mutex::new(Recorder::new(slots, config.steady_from.is_some())?),
+        steady_from: config.steady_from,
         inflight: AtomicUsize::new(0),
         sent: AtomicU64::new(0),
         not_sent: AtomicU64::new(0),
@@ -495,7 +515,7 @@ pub async fn run_observed(
             _ = ticker.tick() => observe(&progress(&shared)),
         }
     }
-    let recorder = std::mem::replace(&mut *shared.recorder(), Recorder::new(slots)?);
+    let recorder = std::mem::replace(&mut *shared.recorder(), Recorder::new(slots, false)?);
     let run = RunInfo {
         url: config.url.to_string(),
         method: config.method.to_string(),

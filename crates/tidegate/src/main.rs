@@ -1,6 +1,9 @@
 //! The `tidegate` command line.
 
+mod demo;
+mod experiment;
 mod load;
+mod origin;
 mod proxy;
 mod sim_run;
 
@@ -30,6 +33,9 @@ enum Command {
     #[command(subcommand)]
     Sim(Sim),
     Load(load::LoadArgs),
+    Origin(origin::OriginArgs),
+    Experiment(experiment::ExperimentArgs),
+    Demo(demo::DemoArgs),
     Proxy(proxy::ProxyArgs),
 }
 
@@ -155,6 +161,9 @@ fn main() -> ExitCode {
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
         Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
         Some(Command::Load(args)) => load::load(args),
+        Some(Command::Origin(args)) => origin::origin(args),
+        Some(Command::Experiment(args)) => experiment::experiment(args),
+        Some(Command::Demo(args)) => demo::demo(args),
         Some(Command::Proxy(args)) => proxy::run(args),
     };
     match result {

@@ -113,7 +113,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// This invocation as a command to paste into a shell: `tidegate` and the arguments as given,
 /// quoted where needed.
-fn command_line() -> String {
+pub(crate) fn command_line() -> String {
     let quote = |arg: String| {
         let plain = arg
             .chars()

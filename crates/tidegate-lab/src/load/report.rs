@@ -51,6 +51,21 @@ impl TierCounts {
             latency: Histogram::new_from(template),
         }
     }
+
+    fn count(&mut self, outcome: Outcome, latency: Duration) {
+        match outcome {
+            Outcome::Ok { .. } => {
+                self.ok += 1;
+                self.latency.saturating_record(micros(latency));
+            }
+            Outcome::Shed { by_tidegate, .. } => {
+                self.shed += 1;
+                self.shed_by_tidegate += u64::from(by_tidegate);
+            }
+            Outcome::Failed { .. } => self.errors += 1,
+            Outcome::TimedOut => self.timed_out += 1,
+        }
+    }
 }
 
 /// Outcome counts of the requests scheduled in one second.
@@ -71,6 +86,8 @@ pub(crate) struct Recorder {
     fine: Histogram<u64>,
     coarse: Histogram<u64>,
     slots: Vec<TierCounts>,
+    /// Per slot, of the requests intended in the steady window; `None` without one.
+    steady: Option<Vec<TierCounts>>,
     seconds: Vec<SecondCounts>,
     statuses: BTreeMap<u16, u64>,
     errors: BTreeMap<ErrorKind, u64>,
@@ -86,10 +103,13 @@ pub struct Finished {
 }
 
 impl Recorder {
-    pub(crate) fn new(slots: usize) -> Result<Recorder, hdrhistogram::CreationError> {
+    /// Counts `slots` tiers, and apart those in a steady window if `steady`.
+    pub(crate) fn new(slots: usize, steady: bool) -> Result<Recorder, hdrhistogram::CreationError> {
         let fine = histogram(3)?;
+        let counts = || (0..slots.max(1)).map(|_| TierCounts::new(&fine)).collect();
         Ok(Recorder {
-            slots: (0..slots.max(1)).map(|_| TierCounts::new(&fine)).collect(),
+            slots: counts(),
+            steady: steady.then(counts),
             coarse: histogram(2)?,
             fine,
             seconds: Vec::new(),
@@ -103,10 +123,12 @@ impl Recorder {
         Histogram::new_from(&self.fine)
     }
 
+    /// Records a request's outcome; `steady` if it was intended in the steady window.
     pub(crate) fn record(
         &mut self,
         slot: usize,
         second: usize,
+        steady: bool,
         outcome: Outcome,
         latency: Duration,
     ) {
@@ -115,6 +137,10 @@ impl Recorder {
         let Some(tier) = self.slots.get_mut(slot) else {
             return;
         };
+        tier.count(outcome, latency);
+        if steady && let Some(counts) = self.steady.as_mut().and_then(|s| s.get_mut(slot)) {
+            counts.count(outcome, latency);
+        }
         if self.seconds.len() <= second {
             self.seconds.resize_with(second + 1, || SecondCounts {
                 ok_by_slot: vec![0; slots],
@@ -128,18 +154,11 @@ impl Recorder {
         match outcome {
             Outcome::Ok { status } => {
                 *self.statuses.entry(status).or_default() += 1;
-                tier.ok += 1;
-                tier.latency.saturating_record(micros(latency));
                 sec.ok_by_slot[slot] += 1;
                 sec.latency.saturating_record(micros(latency));
             }
-            Outcome::Shed {
-                status,
-                by_tidegate,
-            } => {
+            Outcome::Shed { status, .. } => {
                 *self.statuses.entry(status).or_default() += 1;
-                tier.shed += 1;
-                tier.shed_by_tidegate += u64::from(by_tidegate);
                 sec.shed += 1;
             }
             Outcome::Failed { kind, status } => {
@@ -147,13 +166,9 @@ impl Recorder {
                     *self.statuses.entry(status).or_default() += 1;
                 }
                 *self.errors.entry(kind).or_default() += 1;
-                tier.errors += 1;
                 sec.errors += 1;
             }
-            Outcome::TimedOut => {
-                tier.timed_out += 1;
-                sec.timed_out += 1;
-            }
+            Outcome::TimedOut => sec.timed_out += 1,
         }
     }
 
@@ -177,6 +192,11 @@ pub(crate) struct Dispatched {
     pub(crate) not_sent: Vec<u64>,
     /// Per second of intended send time: (offered, not sent).
     pub(crate) seconds: Vec<(u64, u64)>,
+    /// Per slot, of the requests intended in the steady window.
+    pub(crate) steady_offered: Vec<u64>,
+    pub(crate) steady_not_sent: Vec<u64>,
+    /// Where the steady window starts, if there is one.
+    pub(crate) steady_from: Option<Duration>,
     /// How late the dispatcher sent each request, after its intended time.
     pub(crate) lag: Histogram<u64>,
     /// From the start to the end of the schedule (or to the stop).
@@ -262,6 +282,19 @@ pub struct SecondReport {
     pub max_ms: f64,
 }
 
+/// The outcomes of the requests intended from a point of the run on (after a warm-up), to
+/// compare a steady state with a simulator's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SteadyReport {
+    /// Seconds from the start to the window's start.
+    pub from_s: f64,
+    /// Seconds the window lasted (rates are per second of it).
+    pub seconds: f64,
+    pub total: TierReport,
+    /// One per tier of the mix, in its order; empty without a mix.
+    pub tiers: Vec<TierReport>,
+}
+
 /// The run's settings, as the report restates them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunInfo {
@@ -287,6 +320,8 @@ pub struct Report {
     pub total: TierReport,
     /// One per tier of the mix, in its order; empty without a mix.
     pub tiers: Vec<TierReport>,
+    /// The requests intended from `steady_from` on, when the run was given one.
+    pub steady: Option<SteadyReport>,
     pub per_second: Vec<SecondReport>,
     /// Responses by status code, all outcomes together.
     pub statuses: BTreeMap<u16, u64>,
@@ -307,51 +342,35 @@ impl Report {
         connections_opened: u64,
     ) -> Report {
         let elapsed = dispatched.elapsed.as_secs_f64().max(1e-9);
-        let tier_report = |tier: Option<u8>, offered: u64, not_sent: u64, c: &TierCounts| {
-            let sent = offered.saturating_sub(not_sent);
-            TierReport {
-                tier,
-                offered,
-                sent,
-                ok: c.ok,
-                shed: c.shed,
-                shed_by_tidegate: c.shed_by_tidegate,
-                timed_out: c.timed_out,
-                errors: c.errors,
-                not_sent,
-                send_rate: sent as f64 / elapsed,
-                goodput: c.ok as f64 / elapsed,
-                latency_ms: Latency::of(&c.latency),
-            }
-        };
-        let mut all = TierCounts::new(&recorder.fine);
-        for c in &recorder.slots {
-            all.ok += c.ok;
-            all.shed += c.shed;
-            all.shed_by_tidegate += c.shed_by_tidegate;
-            all.timed_out += c.timed_out;
-            all.errors += c.errors;
-            // Same bounds on both sides: adding cannot fail.
-            let _ = all.latency.add(&c.latency);
-        }
-        let total = tier_report(
-            None,
-            dispatched.offered.iter().sum(),
-            dispatched.not_sent.iter().sum(),
-            &all,
+        let (total, tier_reports) = summarize(
+            tiers,
+            &recorder.fine,
+            &recorder.slots,
+            &dispatched.offered,
+            &dispatched.not_sent,
+            elapsed,
         );
-        let tier_reports = tiers
-            .iter()
-            .enumerate()
-            .map(|(slot, &tier)| {
-                tier_report(
-                    Some(tier),
-                    dispatched.offered.get(slot).copied().unwrap_or(0),
-                    dispatched.not_sent.get(slot).copied().unwrap_or(0),
-                    &recorder.slots[slot.min(recorder.slots.len() - 1)],
-                )
-            })
-            .collect();
+        let steady = match (&recorder.steady, dispatched.steady_from) {
+            (Some(slots), Some(from)) => {
+                let from_s = from.as_secs_f64();
+                let seconds = (elapsed - from_s).max(1e-9);
+                let (total, tiers) = summarize(
+                    tiers,
+                    &recorder.fine,
+                    slots,
+                    &dispatched.steady_offered,
+                    &dispatched.steady_not_sent,
+                    seconds,
+                );
+                Some(SteadyReport {
+                    from_s,
+                    seconds,
+                    total,
+                    tiers,
+                })
+            }
+            _ => None,
+        };
         let seconds = dispatched.seconds.len().max(recorder.seconds.len());
         let per_second = (0..seconds)
             .map(|s| {
@@ -385,6 +404,7 @@ impl Report {
             stopped_early: dispatched.stopped_early,
             total,
             tiers: tier_reports,
+            steady,
             per_second,
             statuses: recorder.statuses,
             errors: recorder.errors,
@@ -398,6 +418,58 @@ impl Report {
         // Plain data with string and integer keys: serializing cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
+}
+
+/// The total and per-tier reports of `slots`, over `seconds`.
+fn summarize(
+    tiers: &[u8],
+    template: &Histogram<u64>,
+    slots: &[TierCounts],
+    offered: &[u64],
+    not_sent: &[u64],
+    seconds: f64,
+) -> (TierReport, Vec<TierReport>) {
+    let tier_report = |tier: Option<u8>, offered: u64, not_sent: u64, c: &TierCounts| {
+        let sent = offered.saturating_sub(not_sent);
+        TierReport {
+            tier,
+            offered,
+            sent,
+            ok: c.ok,
+            shed: c.shed,
+            shed_by_tidegate: c.shed_by_tidegate,
+            timed_out: c.timed_out,
+            errors: c.errors,
+            not_sent,
+            send_rate: sent as f64 / seconds,
+            goodput: c.ok as f64 / seconds,
+            latency_ms: Latency::of(&c.latency),
+        }
+    };
+    let mut all = TierCounts::new(template);
+    for c in slots {
+        all.ok += c.ok;
+        all.shed += c.shed;
+        all.shed_by_tidegate += c.shed_by_tidegate;
+        all.timed_out += c.timed_out;
+        all.errors += c.errors;
+        // Same bounds on both sides: adding cannot fail.
+        let _ = all.latency.add(&c.latency);
+    }
+    let total = tier_report(None, offered.iter().sum(), not_sent.iter().sum(), &all);
+    let per_tier = tiers
+        .iter()
+        .enumerate()
+        .map(|(slot, &tier)| {
+            tier_report(
+                Some(tier),
+                offered.get(slot).copied().unwrap_or(0),
+                not_sent.get(slot).copied().unwrap_or(0),
+                &slots[slot.min(slots.len() - 1)],
+            )
+        })
+        .collect();
+    (total, per_tier)
 }
 
 fn ms(v: f64) -> String {
@@ -532,29 +604,33 @@ mod tests {
 
     #[test]
     fn outcomes_add_up_per_tier_per_second_and_in_total() {
-        let mut r = Recorder::new(2).unwrap();
+        let mut r = Recorder::new(2, true).unwrap();
         let ms = Duration::from_millis;
-        r.record(0, 0, Outcome::Ok { status: 200 }, ms(10));
-        r.record(0, 0, Outcome::Ok { status: 204 }, ms(30));
+        r.record(0, 0, false, Outcome::Ok { status: 200 }, ms(10));
+        r.record(0, 0, false, Outcome::Ok { status: 204 }, ms(30));
         r.record(
             1,
             0,
+            false,
             Outcome::Shed {
                 status: 503,
                 by_tidegate: true,
             },
             ms(1),
         );
-        r.record(1, 1, Outcome::TimedOut, ms(1000));
+        r.record(1, 1, true, Outcome::TimedOut, ms(1000));
         let refused = Outcome::Failed {
             kind: ErrorKind::ConnectRefused,
             status: None,
         };
-        r.record(1, 1, refused, ms(0));
+        r.record(1, 1, true, refused, ms(0));
         let dispatched = Dispatched {
             offered: vec![2, 4],
             not_sent: vec![0, 1],
             seconds: vec![(3, 0), (3, 1)],
+            steady_offered: vec![0, 3],
+            steady_not_sent: vec![0, 1],
+            steady_from: Some(Duration::from_secs(1)),
             lag: r.lag_histogram(),
             elapsed: Duration::from_secs(2),
             stopped_early: false,
@@ -584,6 +660,22 @@ mod tests {
             (2, 0, 1, 1, 1)
         );
         assert_eq!(report.per_second[0].ok_by_tier, vec![2, 0]);
+        let steady = report.steady.as_ref().unwrap();
+        assert_eq!((steady.from_s, steady.seconds), (1.0, 1.0));
+        let st = &steady.total;
+        assert_eq!(
+            (
+                st.offered,
+                st.sent,
+                st.ok,
+                st.timed_out,
+                st.errors,
+                st.not_sent
+            ),
+            (3, 2, 0, 1, 1, 1),
+            "the second second only"
+        );
+        assert_eq!(steady.tiers[1].sent, 2);
         assert_eq!(report.statuses.get(&200), Some(&1));
         assert_eq!(report.statuses.get(&503), Some(&1));
         assert_eq!(report.errors.get(&ErrorKind::ConnectRefused), Some(&1));

@@ -1,0 +1,416 @@
+//! An experiment's renderings: the table with each real figure above the simulator's, the
+//! per-second CSV of both sides, the charts, and a documentation page.
+
+use std::fmt::Write as _;
+
+use tidegate_sim::chart::{Chart, Scale};
+use tidegate_sim::scenario::NamedChart;
+use tidegate_sim::scenario::report::Figures;
+
+use super::{Comparison, ExperimentReport};
+
+/// The arm the charts emphasise, as the simulator's do.
+const DEFAULT_ARM: &str = "tidegate default";
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
+}
+
+fn percent(x: Option<f64>) -> String {
+    match x {
+        Some(e) if e.is_finite() => format!("{:+.1}%", e * 100.0),
+        Some(_) => "one side only".to_owned(),
+        None => "-".to_owned(),
+    }
+}
+
+/// One line of figures; the simulator's shed counts its expired too (see the module docs).
+fn row(f: &Figures, shed_with_expired: bool) -> String {
+    let pct = |r: f64| format!("{:.1}", r * 100.0);
+    let shed = if shed_with_expired {
+        f.shed_ratio + f.expired_ratio
+    } else {
+        f.shed_ratio
+    };
+    format!(
+        "{:>9.1} {:>9.1} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}",
+        f.offered_rps,
+        f.goodput_rps,
+        pct(shed),
+        pct(f.refused_ratio),
+        pct(f.timeout_ratio),
+        pct(f.unsent_ratio),
+        opt(f.p50_ms),
+        opt(f.p90_ms),
+        opt(f.p99_ms),
+        opt(f.max_ms),
+    )
+}
+
+impl Comparison {
+    /// "yes (goodput -0.4%, p50 +3.1%)".
+    pub fn verdict(&self) -> String {
+        let a = &self.agreement;
+        format!(
+            "{} (goodput {}, p50 {})",
+            if a.agrees { "yes" } else { "NO" },
+            percent(a.goodput_error),
+            percent(a.p50_error)
+        )
+    }
+}
+
+impl ExperimentReport {
+    /// How many runs agree with the simulator, of how many.
+    pub fn agreed(&self) -> (usize, usize) {
+        let agreed = self.runs.iter().filter(|r| r.agreement.agrees).count();
+        (agreed, self.runs.len())
+    }
+
+    /// The whole run and the steady state: per arm a `real` line, the simulator's `sim` line
+    /// under it, and per tier where there are several; the steady state says whether they
+    /// agree.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        for steady in [false, true] {
+            let title = if steady {
+                format!("steady state, from {}s", self.warmup_s)
+            } else {
+                "whole run".to_owned()
+            };
+            let _ = writeln!(
+                out,
+                "{} on real sockets and simulated ({title} of {}s, seed {})",
+                self.scenario, self.duration_s, self.seed
+            );
+            let _ = writeln!(
+                out,
+                "{:<24} {:>6} {:>4} {:<4} {:>9} {:>9} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}{}",
+                "arm",
+                "load",
+                "tier",
+                "side",
+                "offered/s",
+                "goodput/s",
+                "shed%",
+                "ref%",
+                "tout%",
+                "uns%",
+                "p50 ms",
+                "p90 ms",
+                "p99 ms",
+                "max ms",
+                if steady { "  agrees" } else { "" }
+            );
+            for run in &self.runs {
+                let (real, sim) = if steady {
+                    (&run.real.steady, &run.sim.steady)
+                } else {
+                    (&run.real.whole, &run.sim.whole)
+                };
+                let verdict = if steady {
+                    format!("  {}", run.verdict())
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:>6} {:>4} real {}{verdict}",
+                    run.arm,
+                    run.load_rps,
+                    "all",
+                    row(real, false)
+                );
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:>6} {:>4} sim  {}",
+                    "",
+                    "",
+                    "",
+                    row(&sim.figures, true)
+                );
+                if steady {
+                    for (tier, figures) in &run.real.steady_tiers {
+                        let _ = writeln!(
+                            out,
+                            "{:<24} {:>6} {:>4} real {}",
+                            "",
+                            "",
+                            tier,
+                            row(figures, false)
+                        );
+                        if let Some(sim_tier) = sim.tiers.get(&tier.to_string()) {
+                            let _ = writeln!(
+                                out,
+                                "{:<24} {:>6} {:>4} sim  {}",
+                                "",
+                                "",
+                                tier,
+                                row(sim_tier, true)
+                            );
+                        }
+                    }
+                }
+            }
+            out.push('\n');
+        }
+        let (agreed, runs) = self.agreed();
+        let _ = writeln!(
+            out,
+            "{agreed} of {runs} runs agree with the simulator (steady goodput within {:.0}%, p50 within {:.0}%)",
+            super::GOODPUT_TOLERANCE * 100.0,
+            super::P50_TOLERANCE * 100.0
+        );
+        out
+    }
+
+    /// Per-second rows of both sides: `arm,load,side,second,offered,ok,shed,timed_out,
+    /// p50_ms,p99_ms`, `second` being the end of the second. The real side counts requests
+    /// by their intended send second, the simulator by the second of their outcome; `shed`
+    /// is everything turned away (shed, refused, unsent) on both sides.
+    pub fn csv(&self) -> String {
+        let mut out =
+            String::from("arm,load,side,second,offered,ok,shed,timed_out,p50_ms,p99_ms\n");
+        let field = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v}"));
+        let name = |s: &str| {
+            if s.contains([',', '"', '\n']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_owned()
+            }
+        };
+        for run in &self.runs {
+            for s in &run.real.report.per_second {
+                let latency = |v: f64| (s.ok > 0).then_some(v);
+                let _ = writeln!(
+                    out,
+                    "{},{},real,{},{},{},{},{},{},{}",
+                    name(&run.arm),
+                    run.load_rps,
+                    s.second + 1,
+                    s.offered,
+                    s.ok,
+                    s.shed + s.not_sent,
+                    s.timed_out,
+                    field(latency(s.p50_ms)),
+                    field(latency(s.p99_ms)),
+                );
+            }
+            for s in &run.sim.series {
+                let _ = writeln!(
+                    out,
+                    "{},{},sim,{},{},{},{},{},{},{}",
+                    name(&run.arm),
+                    run.load_rps,
+                    s.second,
+                    s.offered,
+                    s.ok,
+                    s.shed,
+                    s.timed_out,
+                    field(s.p50_ms),
+                    field(s.p99_ms),
+                );
+            }
+        }
+        out
+    }
+
+    /// The steady state of two arms, one line each, every real figure with the simulator's
+    /// in brackets: what a protection changed for the clients.
+    pub fn before_after(&self, without: &str, with: &str) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "steady state (requests sent from {}s to {}s); the simulator's prediction in brackets",
+            self.warmup_s, self.duration_s
+        );
+        let _ = writeln!(
+            out,
+            "{:<34} {:>17} {:>17} {:>17} {:>15} {:>15}",
+            "", "goodput (ok/s)", "p50 (ms)", "p99 (ms)", "turned away", "timed out"
+        );
+        let pair = |real: String, sim: String| format!("{real} ({sim})");
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+        let pct = |r: f64| format!("{:.0}%", r * 100.0);
+        for (label, arm) in [("without", without), ("with", with)] {
+            let Some(run) = self.runs.iter().find(|r| r.arm == arm) else {
+                continue;
+            };
+            let (real, sim) = (&run.real.steady, &run.sim.steady.figures);
+            let away = |f: &Figures, sim: bool| {
+                f.shed_ratio
+                    + f.refused_ratio
+                    + f.unsent_ratio
+                    + if sim { f.expired_ratio } else { 0.0 }
+            };
+            let _ = writeln!(
+                out,
+                "{:<34} {:>17} {:>17} {:>17} {:>15} {:>15}",
+                format!("{label} tidegate ({arm})"),
+                pair(
+                    format!("{:.1}", real.goodput_rps),
+                    format!("{:.1}", sim.goodput_rps)
+                ),
+                pair(ms(real.p50_ms), ms(sim.p50_ms)),
+                pair(ms(real.p99_ms), ms(sim.p99_ms)),
+                pair(pct(away(real, false)), pct(away(sim, true))),
+                pair(pct(real.timeout_ratio), pct(sim.timeout_ratio)),
+            );
+        }
+        out
+    }
+
+    /// Goodput and p99 over time at the highest load point, a real and a simulated line per
+    /// arm; for a sweep, also steady goodput and p99 by load.
+    pub fn charts(&self) -> Vec<NamedChart> {
+        let mut loads: Vec<f64> = self.runs.iter().map(|r| r.load_rps).collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        let named = |what: &str, chart: Chart| NamedChart {
+            file_name: format!("{}-lab-{what}.svg", self.scenario),
+            // The real line only: two emphasised lines would look alike.
+            chart: chart.emphasise(&format!("{DEFAULT_ARM} real")),
+        };
+        let mut charts = Vec::new();
+        if loads.len() > 1 {
+            type Pick = fn(&Figures) -> Option<f64>;
+            let by_load = |label: &str, pick: Pick, scale: Scale| {
+                let mut chart = Chart {
+                    y_scale: scale,
+                    markers: true,
+                    ..Chart::new(
+                        &format!(
+                            "{}: steady {label} by offered load, real and simulated",
+                            self.scenario
+                        ),
+                        "offered (requests/s)",
+                        label,
+                    )
+                };
+                for arm in self.arm_names() {
+                    let runs: Vec<&Comparison> =
+                        self.runs.iter().filter(|r| r.arm == arm).collect();
+                    let real = runs
+                        .iter()
+                        .map(|r| (r.load_rps, pick(&r.real.steady).unwrap_or(f64::NAN)))
+                        .collect();
+                    let sim = runs
+                        .iter()
+                        .map(|r| (r.load_rps, pick(&r.sim.steady.figures).unwrap_or(f64::NAN)))
+                        .collect();
+                    chart = chart
+                        .line(&format!("{arm} real"), real)
+                        .line(&format!("{arm} sim"), sim);
+                }
+                chart
+            };
+            charts.push(named(
+                "goodput-by-load",
+                by_load("goodput (ok/s)", |f| Some(f.goodput_rps), Scale::Linear),
+            ));
+            charts.push(named(
+                "p99-by-load",
+                by_load("p99 latency (ms)", |f| f.p99_ms, Scale::Log),
+            ));
+        }
+        let top = loads.last().copied().unwrap_or_default();
+        let at = if loads.len() > 1 {
+            format!(" at {top} rps")
+        } else {
+            String::new()
+        };
+        let top_runs: Vec<&Comparison> = self.runs.iter().filter(|r| r.load_rps == top).collect();
+        let mut goodput = Chart::new(
+            &format!("{}: goodput (ok/s){at}, real and simulated", self.scenario),
+            "second",
+            "requests/s",
+        );
+        let mut latency = Chart {
+            y_scale: Scale::Log,
+            ..Chart::new(
+                &format!(
+                    "{}: p99 latency of ok responses{at}, real and simulated",
+                    self.scenario
+                ),
+                "second",
+                "ms",
+            )
+        };
+        for run in top_runs {
+            let real = &run.real.report.per_second;
+            goodput = goodput
+                .line(
+                    &format!("{} real", run.arm),
+                    real.iter()
+                        .map(|s| ((s.second + 1) as f64, s.ok as f64))
+                        .collect(),
+                )
+                .line(
+                    &format!("{} sim", run.arm),
+                    run.sim
+                        .series
+                        .iter()
+                        .map(|s| (f64::from(s.second), s.ok as f64))
+                        .collect(),
+                );
+            latency = latency
+                .line(
+                    &format!("{} real", run.arm),
+                    real.iter()
+                        .map(|s| {
+                            let p99 = if s.ok > 0 { s.p99_ms } else { f64::NAN };
+                            ((s.second + 1) as f64, p99)
+                        })
+                        .collect(),
+                )
+                .line(
+                    &format!("{} sim", run.arm),
+                    run.sim
+                        .series
+                        .iter()
+                        .map(|s| (f64::from(s.second), s.p99_ms.unwrap_or(f64::NAN)))
+                        .collect(),
+                );
+        }
+        charts.push(named("goodput", goodput));
+        charts.push(named("latency", latency));
+        charts
+    }
+
+    fn arm_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for run in &self.runs {
+            if !names.contains(&run.arm.as_str()) {
+                names.push(&run.arm);
+            }
+        }
+        names
+    }
+
+    /// A page for `docs/experiments/`: the command, the scenario's head comment, the table
+    /// and the charts by file name.
+    pub fn page(&self, about: &str, command: &str) -> String {
+        let mut page = String::new();
+        let _ = writeln!(page, "# Scenario `{}` on real sockets\n", self.scenario);
+        let _ = writeln!(
+            page,
+            "Generated by the command below (seed {}): every arm ran over real sockets on \
+             127.0.0.1 (the mock origin, the arm's protection, the open-loop load generator), \
+             then in the simulator on the same scenario. Each `real` line is followed by the \
+             simulator's `sim` line; the steady state says whether they agree (goodput within \
+             {:.0}%, p50 within {:.0}%). Real runs depend on the machine: re-run the command \
+             rather than trust the copy.\n",
+            self.seed,
+            super::GOODPUT_TOLERANCE * 100.0,
+            super::P50_TOLERANCE * 100.0
+        );
+        let _ = writeln!(page, "```sh\n{command}\n```\n");
+        let _ = writeln!(page, "## The experiment\n\n{}\n", about.trim_end());
+        let _ = writeln!(page, "## Results\n\n```text\n{}```\n", self.table());
+        let _ = writeln!(page, "## Charts\n");
+        for named in self.charts() {
+            let _ = writeln!(page, "![{}]({})\n", named.chart.title, named.file_name);
+        }
+        page
+    }
+}

@@ -1,0 +1,307 @@
+//! The mock origin: an HTTP server that behaves as a scenario's service model says.
+//!
+//! The simulator predicts what a protection does to a service model; the origin makes that
+//! same model answer real HTTP requests, so that the prediction can be checked over real
+//! sockets. Every request that arrives is handed to the very service model the simulator
+//! drives ([`tidegate_model::service::Instance`]), with real time converted to the model's
+//! nanoseconds since the origin started; the response leaves when the model says the work
+//! ends.
+//!
+//! What the origin inherits from the model, and why it matters for overload experiments:
+//!
+//! - a worker pool with a bounded internal queue (refused with `503` when full), contention
+//!   beyond an optimal concurrency, a latency curve by concurrency or per window, and a
+//!   capacity schedule: the services of the seed documents;
+//! - **work goes on after the client hung up**: a request is the model's until its work ends,
+//!   whether or not anyone still reads the answer; that wasted work is what makes an
+//!   unprotected service collapse, so the origin must not "helpfully" cancel it
+//!   (`tidegate_origin_abandoned_total` counts it);
+//! - several instances: one listener per instance, for a proxy with an upstream (and a gate)
+//!   each, and a front listener that spreads requests over them as the scenario's `balance`
+//!   says, for runs without a proxy.
+//!
+//! `GET /metrics` on any listener ([`METRICS_PATH`]) gives the origin's own counters; every
+//! other request is work. An instance may also hold an RSocket-style static lease (requests per
+//! window, refused beyond it), for the scenarios' `static_lease` arms.
+
+mod driver;
+mod engine;
+mod metrics;
+pub mod spec;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::mpsc;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tidegate_model::ConfigError;
+use tidegate_model::lease::StaticLeaseConfig;
+use tidegate_model::service::ServiceConfig;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use self::driver::Command;
+use self::engine::{Answer, Engine};
+pub use self::spec::{SpecError, parse_change, parse_delay_curve};
+use crate::load::SHED_HEADER;
+
+/// The path of the origin's metrics, on every listener.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// What the origin serves, and where.
+#[derive(Debug, Clone)]
+pub struct OriginConfig {
+    pub service: ServiceConfig,
+    /// A static lease on each instance (an RSocket responder's), if any.
+    pub lease: Option<StaticLeaseConfig>,
+    /// Seeds the work-time spread.
+    pub seed: u64,
+    /// The front listener. With several instances, instance `i` listens on the next port
+    /// `+ 1 + i` (or on any free port when this port is 0).
+    pub listen: SocketAddr,
+}
+
+impl OriginConfig {
+    /// One instance of `service` on `listen`, seed 1, no lease.
+    pub fn new(service: ServiceConfig, listen: SocketAddr) -> OriginConfig {
+        OriginConfig {
+            service,
+            lease: None,
+            seed: 1,
+            listen,
+        }
+    }
+}
+
+/// Why the origin could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OriginError {
+    #[error("the service: {0}")]
+    Config(#[from] ConfigError),
+    #[error("reading {path}: {error}")]
+    Read { path: String, error: std::io::Error },
+    #[error("{path}: {reason}")]
+    Parse { path: String, reason: String },
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("cannot start the origin's model thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Reads the `[service]` table of a file: a whole scenario, or a file with only that table.
+pub fn service_from_file(path: &Path) -> Result<ServiceConfig, OriginError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|error| OriginError::Read {
+        path: shown.clone(),
+        error,
+    })?;
+    let parse_error = |reason: String| OriginError::Parse {
+        path: shown.clone(),
+        reason,
+    };
+    let mut doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| parse_error(e.to_string()))?;
+    let service = doc
+        .remove("service")
+        .ok_or_else(|| parse_error("it has no [service] table".to_owned()))?;
+    let service: ServiceConfig = service
+        .try_into()
+        .map_err(|e: toml::de::Error| parse_error(format!("[service]: {e}")))?;
+    Ok(service)
+}
+
+/// A bound origin, not yet serving.
+#[derive(Debug)]
+pub struct Origin {
+    config: OriginConfig,
+    front: TcpListener,
+    /// One per instance when there are several.
+    instances: Vec<TcpListener>,
+}
+
+impl Origin {
+    /// Checks the service and binds the listeners.
+    pub async fn bind(config: OriginConfig) -> Result<Origin, OriginError> {
+        config.service.validate()?;
+        let bind = |addr: SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|error| OriginError::Bind { addr, error })
+        };
+        let front = bind(config.listen).await?;
+        let n = config.service.instances();
+        let mut instances = Vec::new();
+        if n > 1 {
+            for i in 0..n {
+                let mut addr = config.listen;
+                if addr.port() != 0 {
+                    let port = u32::from(addr.port()) + 1 + i;
+                    addr.set_port(u16::try_from(port).map_err(|_| OriginError::Bind {
+                        addr,
+                        error: std::io::Error::other("instance ports beyond 65535"),
+                    })?);
+                }
+                instances.push(bind(addr).await?);
+            }
+        }
+        Ok(Origin {
+            config,
+            front,
+            instances,
+        })
+    }
+
+    /// The front listener's address: requests spread over the instances.
+    pub fn addr(&self) -> SocketAddr {
+        local_addr(&self.front)
+    }
+
+    /// Each instance's own address (the front's when there is one instance): what a proxy
+    /// lists as its upstreams.
+    pub fn instance_addrs(&self) -> Vec<SocketAddr> {
+        if self.instances.is_empty() {
+            vec![self.addr()]
+        } else {
+            self.instances.iter().map(local_addr).collect()
+        }
+    }
+
+    /// Serves until `shutdown` completes; the model's clock starts now (the capacity
+    /// schedule counts from here). Connections still open are then closed, and work in
+    /// progress is dropped.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), OriginError> {
+        let Origin {
+            config,
+            front,
+            instances,
+        } = self;
+        let engine = Engine::new(config.service, config.lease.as_ref(), config.seed);
+        let (commands, receiver) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("tidegate-origin-model".to_owned())
+            .spawn(move || driver::run(engine, receiver))
+            .map_err(OriginError::Thread)?;
+        let mut listeners = JoinSet::new();
+        listeners.spawn(accept(front, None, commands.clone()));
+        for (i, listener) in instances.into_iter().enumerate() {
+            listeners.spawn(accept(listener, Some(i), commands.clone()));
+        }
+        // The listeners hold the only senders left: once they are gone, the model thread ends.
+        drop(commands);
+        shutdown.await;
+        listeners.abort_all();
+        while listeners.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+fn local_addr(listener: &TcpListener) -> SocketAddr {
+    // A bound TCP listener always has a local address; the fallback is never used.
+    listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// Accepts connections for one listener; its connections end with it.
+async fn accept(listener: TcpListener, instance: Option<usize>, commands: mpsc::Sender<Command>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    // Out of file descriptors and the like: wait a moment rather than spin,
+                    // the next accept may succeed.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let commands = commands.clone();
+                connections.spawn(async move {
+                    let service = service_fn(move |request| {
+                        let commands = commands.clone();
+                        async move { Ok::<_, Infallible>(handle(request, instance, &commands).await) }
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+            // Reap finished connections so the set does not grow with the run.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+    response
+}
+
+async fn handle(
+    request: Request<Incoming>,
+    instance: Option<usize>,
+    commands: &mpsc::Sender<Command>,
+) -> Response<Full<Bytes>> {
+    let stopped = || text(StatusCode::SERVICE_UNAVAILABLE, "the origin is stopping\n");
+    if request.uri().path() == METRICS_PATH {
+        let (reply, stats) = oneshot::channel();
+        if commands.send(Command::Stats(reply)).is_err() {
+            return stopped();
+        }
+        return match stats.await {
+            Ok(stats) => {
+                let mut response = text(StatusCode::OK, metrics::render(&stats));
+                response.headers_mut().insert(
+                    CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                response
+            }
+            Err(_) => stopped(),
+        };
+    }
+    let (reply, answer) = oneshot::channel();
+    if commands.send(Command::Arrive { instance, reply }).is_err() {
+        return stopped();
+    }
+    match answer.await {
+        Ok(Answer::Served { .. }) => text(StatusCode::OK, "ok\n"),
+        Ok(Answer::Refused { .. }) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "refused: the service's internal queue is full\n",
+        ),
+        Ok(Answer::LeaseExhausted { .. }) => {
+            let mut response = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "rejected: the lease is exhausted\n",
+            );
+            // The lease is the protection of a lease arm, so its rejections are marked as a
+            // protection's (the header a tidegate proxy sets): reports count them as shed,
+            // apart from the service's own refusals.
+            response.headers_mut().insert(
+                SHED_HEADER,
+                http::HeaderValue::from_static("lease_exhausted"),
+            );
+            response
+        }
+        Err(_) => stopped(),
+    }
+}
