@@ -233,6 +233,8 @@ pub enum Event<'a> {
         load: Option<f64>,
         seconds: f64,
     },
+    /// An arm's proxy is up: its live dashboard is at `http://{admin}/dashboard`.
+    Dashboard { arm: &'a str, admin: SocketAddr },
     /// An arm is done.
     Done(&'a Comparison),
 }
@@ -253,7 +255,13 @@ pub async fn run(
                 load: point,
                 seconds: scenario.duration.as_secs_f64(),
             });
-            let real = run_real(scenario, arm, point).await?;
+            let real = run_real(scenario, arm, point, &mut |admin| {
+                observe(Event::Dashboard {
+                    arm: &arm.name,
+                    admin,
+                });
+            })
+            .await?;
             let sim = run_arm(scenario, arm, point);
             let agreement = Agreement::of(&real.steady, &sim.steady.figures);
             let comparison = Comparison {
@@ -281,6 +289,8 @@ pub async fn run(
 pub struct RunningFront {
     /// Where the load goes.
     pub addr: SocketAddr,
+    /// The proxy's admin listener (`/dashboard`, `/metrics`, `/status`), for a gate arm.
+    pub admin: Option<SocketAddr>,
     /// Stops the front when sent or dropped.
     pub stop: Option<oneshot::Sender<()>>,
 }
@@ -324,20 +334,24 @@ pub async fn gate_front(
         .await
         .map_err(|e| front_error(format!("the proxy: {e}")))?;
     let addr = proxy.local_addr();
+    let admin = proxy.admin_addr();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(proxy.run(async {
         let _ = stopped.await;
     }));
     Ok(RunningFront {
         addr,
+        admin: Some(admin),
         stop: Some(stop),
     })
 }
 
+/// `on_admin` hears the admin address of the arm's proxy, if it has one, once it is up.
 async fn run_real(
     scenario: &Scenario,
     arm: &ArmConfig,
     point: Option<f64>,
+    on_admin: &mut dyn FnMut(SocketAddr),
 ) -> Result<RealRun, ExperimentError> {
     let lease = match arm.kind {
         ArmKind::StaticLease => arm.lease.clone(),
@@ -353,10 +367,14 @@ async fn run_real(
     let front = match arm.kind {
         ArmKind::Off | ArmKind::StaticLease => RunningFront {
             addr: origin.addr(),
+            admin: None,
             stop: None,
         },
         ArmKind::Gate => gate_front(scenario, arm, &origin.instance_addrs()).await?,
     };
+    if let Some(admin) = front.admin {
+        on_admin(admin);
+    }
     let (stop_origin, origin_stopped) = oneshot::channel::<()>();
     let serving = tokio::spawn(origin.run(async {
         let _ = origin_stopped.await;

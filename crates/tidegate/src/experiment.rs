@@ -95,6 +95,9 @@ pub(crate) fn run(scenario: &Scenario) -> anyhow::Result<ExperimentReport> {
                 "{arm}{}: running {seconds}s on real sockets...",
                 load.map_or_else(String::new, |l| format!(" at {l} rps"))
             ),
+            Event::Dashboard { arm, admin } => {
+                writeln!(err, "{arm}: live dashboard at http://{admin}/dashboard")
+            }
             Event::Done(run) => writeln!(
                 err,
                 "{}: goodput {:.1}/s real, {:.1}/s simulated; agrees: {}",

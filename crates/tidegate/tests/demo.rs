@@ -30,6 +30,12 @@ fn a_short_demo_shows_tidegate_cutting_the_latency_and_writes_its_charts() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The arm behind tidegate says where to watch it live; the unprotected one has no proxy.
+    assert!(
+        stderr.contains("tidegate default: live dashboard at http://127.0.0.1:")
+            && !stderr.contains("off: live dashboard"),
+        "{stderr}"
+    );
     let line = |prefix: &str| {
         stdout
             .lines()
