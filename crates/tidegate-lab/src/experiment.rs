@@ -101,35 +101,10 @@ pub fn select(mut scenario: Scenario, selection: &Selection) -> Result<Scenario,
     if let Some(duration) = selection.duration {
         scenario = scenario.shortened(duration);
     }
-    if !selection.arms.is_empty() {
-        if let Some(unknown) = selection
-            .arms
-            .iter()
-            .find(|name| !scenario.arms.iter().any(|a| &a.name == *name))
-        {
-            let names: Vec<&str> = scenario.arms.iter().map(|a| a.name.as_str()).collect();
-            return Err(ExperimentError::Usage(format!(
-                "arm {unknown:?}: {} has no such arm (its arms: {})",
-                scenario.name,
-                names.join(", ")
-            )));
-        }
-        scenario.arms.retain(|a| selection.arms.contains(&a.name));
-    }
-    if !selection.loads.is_empty() {
-        let points: Vec<f64> = scenario.load.rates.iter().map(|r| r.get()).collect();
-        if let Some(missing) = selection.loads.iter().find(|l| !points.contains(l)) {
-            return Err(ExperimentError::Usage(format!(
-                "load {missing}: {} has no such load point (its points: {points:?})",
-                scenario.name
-            )));
-        }
-        scenario.load.rates = selection
-            .loads
-            .iter()
-            .filter_map(|&l| NonNegative::new(l))
-            .collect();
-    }
+    scenario
+        .keep_arms(&selection.arms)
+        .and_then(|()| scenario.keep_loads(&selection.loads))
+        .map_err(|e| ExperimentError::Usage(e.to_string()))?;
     check_supported(&scenario)?;
     Ok(scenario)
 }

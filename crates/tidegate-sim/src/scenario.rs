@@ -46,10 +46,10 @@ use serde::{Deserialize, Serialize};
 use tidegate_core::config::{GateConfig, LimitConfig, RegulatorConfig};
 use tidegate_core::gate::QueueConfig;
 use tidegate_core::{Nanos, Time};
-use tidegate_model::ConfigError;
 use tidegate_model::client::LoadConfig;
 use tidegate_model::lease::StaticLeaseConfig;
 use tidegate_model::service::ServiceConfig;
+use tidegate_model::{ConfigError, NonNegative};
 
 /// A whole scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -130,6 +130,24 @@ pub enum ScenarioError {
     },
     #[error("{path}: {source}")]
     Invalid { path: String, source: ConfigError },
+}
+
+/// A selection names an arm or a load point the scenario does not have.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SelectionError {
+    #[error("arm {name:?}: {scenario} has no such arm (its arms: {arms})")]
+    UnknownArm {
+        name: String,
+        scenario: String,
+        /// The scenario's arms, comma-separated.
+        arms: String,
+    },
+    #[error("load {rate}: {scenario} has no such load point (its points: {points:?})")]
+    UnknownLoad {
+        rate: f64,
+        scenario: String,
+        points: Vec<f64>,
+    },
 }
 
 impl Scenario {
@@ -258,6 +276,44 @@ impl Scenario {
             change.at = scale(change.at);
         }
         s
+    }
+
+    /// Keeps only the arms called `names`, in the file's order; none named keeps them all.
+    pub fn keep_arms(&mut self, names: &[String]) -> Result<(), SelectionError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        if let Some(unknown) = names
+            .iter()
+            .find(|name| !self.arms.iter().any(|a| &a.name == *name))
+        {
+            let arms: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
+            return Err(SelectionError::UnknownArm {
+                name: unknown.clone(),
+                scenario: self.name.clone(),
+                arms: arms.join(", "),
+            });
+        }
+        self.arms.retain(|a| names.contains(&a.name));
+        Ok(())
+    }
+
+    /// Keeps only the load points `rates` of a sweep, in the order given; none given keeps
+    /// them all.
+    pub fn keep_loads(&mut self, rates: &[f64]) -> Result<(), SelectionError> {
+        if rates.is_empty() {
+            return Ok(());
+        }
+        let points: Vec<f64> = self.load.rates.iter().map(|r| r.get()).collect();
+        if let Some(&missing) = rates.iter().find(|l| !points.contains(l)) {
+            return Err(SelectionError::UnknownLoad {
+                rate: missing,
+                scenario: self.name.clone(),
+                points,
+            });
+        }
+        self.load.rates = rates.iter().filter_map(|&l| NonNegative::new(l)).collect();
+        Ok(())
     }
 
     pub(crate) fn end(&self) -> Time {

@@ -2,10 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow};
 use clap::Args;
 use tidegate_core::Nanos;
-use tidegate_model::NonNegative;
 use tidegate_sim::scenario::engine::run_all;
 use tidegate_sim::scenario::{Scenario, header_comment};
 
@@ -49,36 +48,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(duration) = args.duration {
         scenario = scenario.shortened(duration);
     }
-    if !args.arms.is_empty() {
-        if let Some(unknown) = args
-            .arms
-            .iter()
-            .find(|name| !scenario.arms.iter().any(|a| &a.name == *name))
-        {
-            let names: Vec<&str> = scenario.arms.iter().map(|a| a.name.as_str()).collect();
-            bail!(
-                "--arm {unknown:?}: {} has no such arm (its arms: {})",
-                scenario.name,
-                names.join(", ")
-            );
-        }
-        scenario.arms.retain(|a| args.arms.contains(&a.name));
-    }
-    if !args.loads.is_empty() {
-        let points: Vec<f64> = scenario.load.rates.iter().map(|r| r.get()).collect();
-        if let Some(missing) = args.loads.iter().find(|l| !points.contains(l)) {
-            bail!(
-                "--load {missing}: {} has no such load point (its points: {:?})",
-                scenario.name,
-                points
-            );
-        }
-        scenario.load.rates = args
-            .loads
-            .iter()
-            .filter_map(|&l| NonNegative::new(l))
-            .collect();
-    }
+    // The flags' names in front of the shared messages: "--arm \"x\": ...", "--load 7: ...".
+    scenario
+        .keep_arms(&args.arms)
+        .and_then(|()| scenario.keep_loads(&args.loads))
+        .map_err(|e| anyhow!("--{e}"))?;
     let jobs = args.jobs.map_or_else(
         || std::thread::available_parallelism().map_or(1, usize::from),
         usize::from,

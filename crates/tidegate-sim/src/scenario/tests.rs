@@ -90,3 +90,29 @@ kind = "off"
     assert_eq!(s.service.pool.work, Nanos::from_secs(1));
     assert_eq!(s.load.timeout, Nanos::from_millis(2500));
 }
+
+#[test]
+fn a_selection_keeps_the_named_arms_and_load_points_or_names_what_is_missing() {
+    let sweep = MINIMAL.replace("rate = 10", "rates = [10, 20, 30]");
+    let mut s = Scenario::parse(&sweep, "sweep").unwrap();
+    s.keep_arms(&[]).unwrap();
+    s.keep_loads(&[]).unwrap();
+    assert_eq!(
+        (s.arms.len(), s.load.rates.len()),
+        (2, 3),
+        "nothing named keeps all"
+    );
+    s.keep_arms(&["tidegate default".to_owned()]).unwrap();
+    s.keep_loads(&[30.0, 10.0]).unwrap();
+    assert_eq!(s.arms.len(), 1);
+    let rates: Vec<f64> = s.load.rates.iter().map(|r| r.get()).collect();
+    assert_eq!(rates, [30.0, 10.0]);
+    assert_eq!(
+        s.keep_arms(&["of".to_owned()]).unwrap_err().to_string(),
+        "arm \"of\": sweep has no such arm (its arms: tidegate default)"
+    );
+    assert_eq!(
+        s.keep_loads(&[20.0]).unwrap_err().to_string(),
+        "load 20: sweep has no such load point (its points: [30.0, 10.0])"
+    );
+}
