@@ -45,7 +45,7 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "AT:RATE,...")]
     schedule: Option<String>,
     /// How long to send: 500ms, 30s, 2m, ...
-    #[arg(long, short = 'd', default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, short = 'd', default_value = "30s", value_parser = crate::parse_positive_duration)]
     duration: Nanos,
     /// Spacing of the requests: constant (evenly spaced) or poisson (random, the rate as the
     /// mean).
@@ -53,7 +53,7 @@ pub(crate) struct LoadArgs {
     arrivals: Arrivals,
     /// How long each request may take, from its intended send time to the end of the
     /// response; later ones are abandoned and count as timed out.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = crate::parse_positive_duration)]
     timeout: Nanos,
     /// Tier mix in percent, sent in the tidegate-priority header: 1:50,5:50; a lone TIER
     /// sends every request at that tier. Default: no priority header.
@@ -97,14 +97,6 @@ enum ProgressMode {
     Auto,
     Always,
     Never,
-}
-
-fn parse_duration(s: &str) -> Result<Nanos, String> {
-    match s.parse::<Nanos>() {
-        Ok(d) if d.is_zero() => Err("must be longer than zero".to_owned()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {

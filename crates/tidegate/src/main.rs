@@ -97,7 +97,7 @@ struct PdcArgs {
     #[arg(value_parser = parse_rate)]
     consumer_rate: u64,
     /// The dispatcher's nominal time between wake-ups (Seastar's 2 kHz).
-    #[arg(long, default_value = "500us", value_parser = parse_period)]
+    #[arg(long, default_value = "500us", value_parser = parse_positive_duration)]
     period: Nanos,
     /// The consumer may hold this many times the C x period messages it processes between
     /// two ideal wake-ups (Seastar's 1.5).
@@ -132,7 +132,8 @@ fn parse_duration(s: &str) -> Result<Nanos, String> {
     Ok(d)
 }
 
-fn parse_period(s: &str) -> Result<Nanos, String> {
+/// A duration with its unit ("500us", "2s"), longer than zero.
+pub(crate) fn parse_positive_duration(s: &str) -> Result<Nanos, String> {
     match s.parse::<Nanos>() {
         Ok(d) if d.is_zero() => Err("must be longer than zero".to_owned()),
         Ok(d) => Ok(d),

@@ -47,7 +47,7 @@ pub(crate) struct OriginArgs {
     #[arg(long, value_name = "N")]
     workers: Option<NonZeroU32>,
     /// Nominal time a worker spends on a request: 100ms, 1s, ...
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse_positive_duration)]
     work: Option<Nanos>,
     /// Size of the pool's internal queue; requests that find it full get 503. Default:
     /// unbounded.
@@ -69,7 +69,7 @@ pub(crate) struct OriginArgs {
     #[arg(long, value_name = "concurrency|window", value_parser = parse_curve_by)]
     curve_by: Option<CurveBy>,
     /// The counting window of --curve-by window.
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse_positive_duration)]
     window: Option<Nanos>,
     /// How each request's work time spreads around its nominal value: constant, uniform
     /// (+-jitter) or exponential.
@@ -106,14 +106,6 @@ fn parse_curve(s: &str) -> Result<CurvePoints, String> {
     parse_delay_curve(s)
         .map(CurvePoints)
         .map_err(|e| e.to_string())
-}
-
-fn parse_positive_duration(s: &str) -> Result<Nanos, String> {
-    match s.parse::<Nanos>() {
-        Ok(d) if d.is_zero() => Err("must be longer than zero".to_owned()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 fn parse_capacity_change(s: &str) -> Result<Change, String> {
@@ -161,7 +153,7 @@ fn parse_lease(s: &str) -> Result<StaticLeaseConfig, String> {
         .ok()
         .and_then(NonZeroU32::new)
         .ok_or_else(|| "expected ALLOWED[/TTL], ALLOWED at least 1, e.g. 100/1s".to_owned())?;
-    let ttl = parse_positive_duration(ttl)?;
+    let ttl = crate::parse_positive_duration(ttl)?;
     Ok(StaticLeaseConfig { allowed, ttl })
 }
 
