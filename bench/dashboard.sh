@@ -26,55 +26,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+
 need=()
 command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
 command -v curl >/dev/null || need+=(curl)
-if [[ ${#need[@]} -gt 0 ]]; then
-    sudo_cmd=()
-    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-    "${sudo_cmd[@]}" apt-get update -qq
-    "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+apt_install "${need[@]}"
 export PATH="$PATH:/usr/sbin"
 
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
 tidegate="$root/target/release/tidegate"
 
-cores=$(nproc)
-if [[ $cores -ge 2 ]]; then
-    proxy_cpu=(taskset -c "$((cores - 1))")
-    rest_cpu=(taskset -c "0-$((cores - 2))")
-else
-    proxy_cpu=()
-    rest_cpu=()
-fi
+place_cpus
 
 origin_port=18180 proxy_port=18181 admin_port=18191
-mkdir -p "$work/origin/logs"
-cat >"$work/origin/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $work/origin/nginx.pid;
-error_log $work/origin/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $work/origin;
-    keepalive_requests 1000000;
-    server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }
-}
-CONF
-
-wait_port() { # PORT
-    for _ in $(seq 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "nothing listens on 127.0.0.1:$1" >&2
-    exit 1
-}
+nginx_conf "$work/origin" "server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }"
 
 "${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
 "${proxy_cpu[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
@@ -83,13 +51,6 @@ wait_port() { # PORT
 proxy_pid=$!
 wait_port $origin_port
 wait_port $proxy_port
-
-to_ms() {
-    awk '{ v = $1; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
-           f = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : (u == "m") ? 60000 : 1;
-           printf "%.2f", v * f }'
-}
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # Polls the data endpoint once a second, as the page does, following `since`.
 poll_dashboard() {

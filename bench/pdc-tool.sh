@@ -20,16 +20,14 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 work="${TMPDIR:-/tmp}/tidegate-pdc-tool"
 mkdir -p "$work"
 
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+
 need=()
 [[ -e /usr/include/fmt/core.h ]] || need+=(libfmt-dev)
 [[ -e /usr/include/boost/accumulators/accumulators.hpp ]] || need+=(libboost-dev)
 command -v g++ >/dev/null || need+=(g++)
-if [[ ${#need[@]} -gt 0 ]]; then
-    sudo_cmd=()
-    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-    "${sudo_cmd[@]}" apt-get update -qq
-    "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}"
-fi
+apt_install "${need[@]}"
 
 src="${PDC_TOOL_SRC:-}"
 if [[ -z "$src" ]]; then

@@ -28,58 +28,26 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+
 need=()
 command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
 command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || need+=(haproxy)
 command -v wrk >/dev/null || need+=(wrk)
-if [[ ${#need[@]} -gt 0 ]]; then
-    sudo_cmd=()
-    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-    "${sudo_cmd[@]}" apt-get update -qq
-    "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+apt_install "${need[@]}"
 export PATH="$PATH:/usr/sbin"
 
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
 tidegate="$root/target/release/tidegate"
 
-# CPU placement: the proxy alone on the last core, everything else on the rest.
-cores=$(nproc)
-if [[ $cores -ge 2 ]]; then
-    proxy_cpu=(taskset -c "$((cores - 1))")
-    rest_cpu=(taskset -c "0-$((cores - 2))")
-else
-    proxy_cpu=()
-    rest_cpu=()
-fi
+place_cpus
 
 origin_port=18080 tidegate_port=18081 tidegate_admin=18091 nginx_port=18082 haproxy_port=18083
 bare_port=18084 bare_admin=18094
 
-nginx_conf() { # NAME BODY-OF-SERVER-BLOCK
-    mkdir -p "$work/$1/logs"
-    cat >"$work/$1/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $work/$1/nginx.pid;
-error_log $work/$1/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $work/$1;
-    proxy_temp_path $work/$1;
-    fastcgi_temp_path $work/$1;
-    uwsgi_temp_path $work/$1;
-    scgi_temp_path $work/$1;
-    keepalive_requests 1000000;
-    $2
-}
-CONF
-}
-
-nginx_conf origin "server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }"
-nginx_conf peer "upstream origin { server 127.0.0.1:$origin_port; keepalive 128; }
+nginx_conf "$work/origin" "server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }"
+nginx_conf "$work/peer" "upstream origin { server 127.0.0.1:$origin_port; keepalive 128; }
     server { listen 127.0.0.1:$nginx_port; location / {
         proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ''; } }"
 cat >"$work/haproxy.cfg" <<CONF
@@ -99,15 +67,6 @@ backend origin
     server origin 127.0.0.1:$origin_port
 CONF
 
-wait_port() { # PORT
-    for _ in $(seq 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "nothing listens on 127.0.0.1:$1" >&2
-    exit 1
-}
-
 "${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
 origin_pid=$!
 "${proxy_cpu[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
@@ -126,16 +85,6 @@ nginx_pid=$!
 "${proxy_cpu[@]}" haproxy -q -db -f "$work/haproxy.cfg" & pids+=($!)
 haproxy_pid=$!
 for port in $origin_port $tidegate_port $bare_port $nginx_port $haproxy_port; do wait_port "$port"; done
-
-# wrk's latency in milliseconds, whatever unit it printed.
-to_ms() {
-    awk '{ v = $1; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
-           f = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : (u == "m") ? 60000 : 1;
-           printf "%.2f", v * f }'
-}
-
-# CPU time a process has used, in clock ticks (user + system, all its threads).
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 run() { # NAME PORT PID (the process whose CPU time is charged to the row)
     # A short warm-up fills the proxies' connection pools and lets the gate's limit settle.

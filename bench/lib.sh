@@ -1,0 +1,69 @@
+# Shared by the scripts under bench/ (sourced, not run): installing what a benchmark needs,
+# placing processes on cores, a one-process nginx, waiting for a port, reading wrk and /proc.
+
+# apt_install [PKG...]: installs Debian packages (as root, or with sudo); nothing when none.
+apt_install() {
+    [[ $# -gt 0 ]] || return 0
+    local sudo_cmd=()
+    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq "$@" >/dev/null
+}
+
+# place_cpus: sets proxy_cpu (the last core alone, for the process under test) and rest_cpu
+# (the other cores, for the origin and the load), as command prefixes; both empty on one core.
+place_cpus() {
+    local cores
+    cores=$(nproc)
+    if [[ $cores -ge 2 ]]; then
+        proxy_cpu=(taskset -c "$((cores - 1))")
+        rest_cpu=(taskset -c "0-$((cores - 2))")
+    else
+        proxy_cpu=()
+        rest_cpu=()
+    fi
+}
+
+# nginx_conf DIR BODY: DIR/nginx.conf, one nginx process (no master, one worker) keeping its
+# files in DIR, with BODY inside its http block.
+nginx_conf() {
+    mkdir -p "$1/logs"
+    cat >"$1/nginx.conf" <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $1/nginx.pid;
+error_log $1/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $1;
+    proxy_temp_path $1;
+    fastcgi_temp_path $1;
+    uwsgi_temp_path $1;
+    scgi_temp_path $1;
+    keepalive_requests 1000000;
+    $2
+}
+CONF
+}
+
+# wait_port PORT: until something listens on 127.0.0.1:PORT (10 s at most, then exit 1).
+wait_port() {
+    for _ in $(seq 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "nothing listens on 127.0.0.1:$1" >&2
+    exit 1
+}
+
+# to_ms: wrk's latency on stdin ("812.00us", "1.57ms", "2.01s"), in milliseconds.
+to_ms() {
+    awk '{ v = $1; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+           f = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : (u == "m") ? 60000 : 1;
+           printf "%.2f", v * f }'
+}
+
+# cpu_ticks PID: the CPU time a process has used, in clock ticks (user + system, all threads).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
