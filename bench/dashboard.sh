@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What an open dashboard costs the proxy's data path: the same tidegate proxy (one worker
-# thread, default gate) in front of an nginx origin, driven by wrk, alternately without and
-# with a client polling /dashboard/data every second as the page does (which keeps the
-# sampler running and the latency histograms recording).
+# thread, default gate) in front of an nginx origin, driven by wrk, in rounds of three runs:
+# plain; control, a client polling /healthz once a second; dashboard, a client polling
+# /dashboard/data every second as the page does (which keeps the sampler running and the
+# latency histograms recording). Compare dashboard with control: on a small machine the
+# poller's own curl a second, beside wrk and the origin, shows in the p99.
 #
-#   bench/dashboard.sh [PAIRS] [SECONDS] [CONNECTIONS]     (default: 4 pairs, 5 s, 32)
+#   bench/dashboard.sh [ROUNDS] [SECONDS] [CONNECTIONS]     (default: 4 rounds, 5 s, 32)
 #
 # Prints each run's req/s, p99 and the proxy's CPU time per request, then the medians of each
 # side. The spread between runs of the same side is the noise to compare the difference with.
@@ -52,20 +54,26 @@ proxy_pid=$!
 wait_port $origin_port
 wait_port $proxy_port
 
-# Polls the data endpoint once a second, as the page does, following `since`.
-poll_dashboard() {
+# Polls the data endpoint once a second, as the page does, following `since`; or, for the
+# control side, /healthz at the same pace: the poller's own cost (a curl a second on the cores
+# wrk and the origin share) without the dashboard.
+poll_dashboard() { # PATH-BEFORE-SINCE
     local since=0
     while true; do
-        since=$(curl -sf "http://127.0.0.1:$admin_port/dashboard/data?since=$since" |
+        since=$(curl -sf "http://127.0.0.1:$admin_port$1$since" |
             sed -n 's/.*"seq":\([0-9]*\).*/\1/p')
         since=${since:-0}
         sleep 1
     done
 }
 
-run() { # SIDE
+run() { # SIDE: plain, control or dashboard
+    if [[ $1 == control ]]; then
+        "${rest_cpu[@]}" bash -c "$(declare -f poll_dashboard); admin_port=$admin_port; poll_dashboard '/healthz?'" &
+        poller=$!
+    fi
     if [[ $1 == dashboard ]]; then
-        "${rest_cpu[@]}" bash -c "$(declare -f poll_dashboard); admin_port=$admin_port; poll_dashboard" &
+        "${rest_cpu[@]}" bash -c "$(declare -f poll_dashboard); admin_port=$admin_port; poll_dashboard '/dashboard/data?since='" &
         poller=$!
         # Until the sampler runs.
         for _ in $(seq 50); do
@@ -77,6 +85,11 @@ run() { # SIDE
     before=$(cpu_ticks "$proxy_pid")
     "${rest_cpu[@]}" wrk -t1 -c"$conns" -d"${secs}s" --latency "http://127.0.0.1:$proxy_port/" >"$work/run.wrk"
     after=$(cpu_ticks "$proxy_pid")
+    if [[ $1 == control ]]; then
+        kill "$poller"
+        wait "$poller" 2>/dev/null || true
+        poller=""
+    fi
     if [[ $1 == dashboard ]]; then
         if ! curl -sf "http://127.0.0.1:$admin_port/status" | grep -q '"sampling":true'; then
             echo "the dashboard's sampler was not running during the run" >&2
@@ -104,11 +117,12 @@ run() { # SIDE
 
 # Warm-up: fill the pool and let the limit settle.
 "${rest_cpu[@]}" wrk -t1 -c"$conns" -d2s "http://127.0.0.1:$proxy_port/" >/dev/null
-echo "wrk -t1 -c$conns -d${secs}s, tidegate --threads 1 on its own core, $(nproc) cores; $pairs pairs"
+echo "wrk -t1 -c$conns -d${secs}s, tidegate --threads 1 on its own core, $(nproc) cores; $pairs rounds"
 echo "| side      |     req/s |  p99 ms | CPU us/req |"
 echo "|---|---:|---:|---:|"
 for _ in $(seq "$pairs"); do
     run plain
+    run control
     run dashboard
 done
 median() { # SIDE COLUMN
@@ -119,7 +133,7 @@ range() { # SIDE COLUMN
     awk -v s="$1" -v c="$2" '$1 == s { print $c }' "$work/results" | sort -g |
         awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'
 }
-for side in plain dashboard; do
+for side in plain control dashboard; do
     printf "median %-9s: %s req/s (%s), CPU %s us/req (%s)\n" "$side" \
         "$(median "$side" 2)" "$(range "$side" 2)" "$(median "$side" 4)" "$(range "$side" 4)"
 done
