@@ -91,10 +91,15 @@ run() { # SIDE: plain, control or dashboard
         poller=""
     fi
     if [[ $1 == dashboard ]]; then
-        if ! curl -sf "http://127.0.0.1:$admin_port/status" | grep -q '"sampling":true'; then
+        local status
+        status=$(curl -sf "http://127.0.0.1:$admin_port/status")
+        if ! grep -q '"sampling":true' <<<"$status"; then
             echo "the dashboard's sampler was not running during the run" >&2
             exit 1
         fi
+        # What the dashboard held the proxy's one worker for, by its own clock.
+        sed -n 's/.*"last_answer_us":\([0-9.e+-]*\).*"last_sample_us":\([0-9.e+-]*\).*/\1 \2/p' \
+            <<<"$status" >>"$work/costs"
         kill "$poller"
         wait "$poller" 2>/dev/null || true
         poller=""
@@ -120,10 +125,13 @@ run() { # SIDE: plain, control or dashboard
 echo "wrk -t1 -c$conns -d${secs}s, tidegate --threads 1 on its own core, $(nproc) cores; $pairs rounds"
 echo "| side      |     req/s |  p99 ms | CPU us/req |"
 echo "|---|---:|---:|---:|"
-for _ in $(seq "$pairs"); do
-    run plain
-    run control
-    run dashboard
+# The order rotates from round to round (plain control dashboard, control dashboard plain,
+# dashboard plain control, ...), so that no side always runs first or right after another.
+sides=(plain control dashboard)
+for round in $(seq 0 $((pairs - 1))); do
+    for i in 0 1 2; do
+        run "${sides[$(((round + i) % 3))]}"
+    done
 done
 median() { # SIDE COLUMN
     awk -v s="$1" -v c="$2" '$1 == s { print $c }' "$work/results" | sort -g |
@@ -137,3 +145,16 @@ for side in plain control dashboard; do
     printf "median %-9s: %s req/s (%s), CPU %s us/req (%s)\n" "$side" \
         "$(median "$side" 2)" "$(range "$side" 2)" "$(median "$side" 4)" "$(range "$side" 4)"
 done
+# The tail, round by round: the dashboard's p99 against the control's of the same round.
+awk '{ side[NR] = $1; p99[NR] = $3 }
+     END {
+         for (r = 0; r < NR / 3; r++) {
+             for (i = 1; i <= 3; i++) { n = 3 * r + i; p[side[n]] = p99[n] }
+             d = p["dashboard"] - p["control"]; above += (d > 0)
+             diffs = diffs sprintf(" %+.2f", d)
+         }
+         printf "p99 dashboard - control, by round (ms):%s; above in %d of %d rounds\n", diffs, above, NR / 3
+     }' "$work/results"
+awk 'NR == 1 { amin = amax = $1; smin = smax = $2 }
+     { if ($1 < amin) amin = $1; if ($1 > amax) amax = $1; if ($2 < smin) smin = $2; if ($2 > smax) smax = $2 }
+     END { if (NR) printf "the dashboard by its own clock, at the end of each run: last answer %s-%s us, last sample %s-%s us\n", amin, amax, smin, smax }' "$work/costs"

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tidegate_core::gate::TierCounters;
@@ -264,6 +264,11 @@ pub(crate) struct Dashboard {
     /// Milliseconds since the Unix epoch when the proxy started: a page that sees it change
     /// knows the proxy restarted and drops what it has.
     instance: u64,
+    /// The dashboard's own cost, for `/status`: how long the last sample and the last answer
+    /// to `/dashboard/data` held the thread they ran on (the proxy's worker, which requests
+    /// wait for), in nanoseconds.
+    last_sample_nanos: AtomicU64,
+    last_answer_nanos: AtomicU64,
 }
 
 impl Dashboard {
@@ -278,6 +283,8 @@ impl Dashboard {
             e2e: LatencyHistogram::new(),
             upstream: LatencyHistogram::new(),
             instance,
+            last_sample_nanos: AtomicU64::new(0),
+            last_answer_nanos: AtomicU64::new(0),
         }
     }
 
@@ -286,11 +293,15 @@ impl Dashboard {
         self.watch.sampling()
     }
 
-    /// For `/status`: whether the sampler runs, and the samples taken.
+    /// For `/status`: whether the sampler runs, the samples taken, and how long the last
+    /// sample and the last answer took, in microseconds.
     pub(crate) fn status(&self) -> serde_json::Value {
+        let micros = |nanos: &AtomicU64| nanos.load(Ordering::Relaxed) as f64 / 1e3;
         serde_json::json!({
             "sampling": self.watched(),
             "samples": self.history().latest(),
+            "last_sample_us": micros(&self.last_sample_nanos),
+            "last_answer_us": micros(&self.last_answer_nanos),
         })
     }
 
@@ -310,6 +321,7 @@ pub(crate) fn data(
     query: Option<&str>,
     stop: &watch::Receiver<bool>,
 ) -> Result<String, String> {
+    let started = Instant::now();
     let since = parse_since(query)?;
     let dashboard = &shared.dashboard;
     if dashboard.watch.poll(shared.now()) {
@@ -333,7 +345,9 @@ pub(crate) fn data(
         "gates": gates,
         "points": points,
     });
-    Ok(answer.to_string())
+    let answer = answer.to_string();
+    store_elapsed(&dashboard.last_answer_nanos, started);
+    Ok(answer)
 }
 
 fn parse_since(query: Option<&str>) -> Result<u64, String> {
@@ -445,6 +459,11 @@ fn add(sum: &mut TierCounters, c: &TierCounters) {
     sum.cancelled_inflight += c.cancelled_inflight;
 }
 
+fn store_elapsed(nanos: &AtomicU64, since: Instant) {
+    let elapsed = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    nanos.store(elapsed, Ordering::Relaxed);
+}
+
 /// Samples every interval until nobody has polled for `idle_after`, or the admin listener
 /// stops.
 async fn sample(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
@@ -459,11 +478,13 @@ async fn sample(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             _ = stop.wait_for(|stop| *stop) => break,
             _ = ticks.tick() => {}
         }
+        let started = Instant::now();
         let now = Reading::take(&shared);
         let point = now.point_since(&before);
         let at = now.at;
         before = now;
         dashboard.history().push(point);
+        store_elapsed(&dashboard.last_sample_nanos, started);
         if !dashboard.watch.keep_sampling(at) {
             return;
         }

@@ -215,6 +215,12 @@ async fn the_sampler_runs_only_while_someone_polls() {
     assert_eq!(data(&proxy, 0).await["seq"], 0);
     assert!(sampler(proxy.status().await).0);
     wait_for_sample(&proxy, 3).await;
+    // It reports its own cost: how long its last sample and the last answer held the thread.
+    let cost = &proxy.status().await["dashboard"];
+    for key in ["last_sample_us", "last_answer_us"] {
+        let micros = cost[key].as_f64().unwrap();
+        assert!(micros > 0.0 && micros < 1e6, "{key}: {cost}");
+    }
 
     // Nobody polls: it stops by itself, 100 ms (10 samples) after the last poll.
     eventually("the sampler to stop", || async {
