@@ -127,6 +127,8 @@ pub struct ServerConfig {
     pub drain_timeout: Nanos,
     /// Accept HTTP/2 with prior knowledge (h2c) besides HTTP/1.1.
     pub http2: bool,
+    /// What happens to the slot of a request whose client goes away while the upstream has it.
+    pub on_client_gone: OnClientGone,
 }
 
 impl Default for ServerConfig {
@@ -136,8 +138,26 @@ impl Default for ServerConfig {
             retry_after: Nanos::from_secs(1),
             drain_timeout: Nanos::from_secs(10),
             http2: true,
+            on_client_gone: OnClientGone::Wait,
         }
     }
+}
+
+/// A client went away while its request was at the upstream (before the response headers):
+/// what becomes of the request's slot in the gate. (A request still queued always leaves the
+/// queue at once; one whose response is streaming releases its slot at once either way.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnClientGone {
+    /// Keep the slot until the upstream answers or `client.timeout` passes, then release it
+    /// with what the answer says about the upstream. An upstream is not told that a client
+    /// left, and most keep working on the request: freeing its slot at once would let the
+    /// gate send one more request to an upstream that has freed nothing, and callers that time
+    /// out would then pile work up as if there were no limit.
+    Wait,
+    /// Free the slot at once and close the upstream connection: for upstreams that stop
+    /// working on a request when its connection closes.
+    Release,
 }
 
 /// How a request's priority is read.

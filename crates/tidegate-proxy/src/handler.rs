@@ -4,9 +4,16 @@
 //! Every request ends in exactly one counted outcome. The [`Completion`] made on arrival
 //! travels with the request (into the response body when there is one) and records how it
 //! ended: the gate's outcome from the status (`tidegate_tower::default_outcome`), a dropped
-//! sample for an upstream that failed, shed, or cancelled when it is dropped unfinished (the
-//! client went away while queued, waiting for the upstream or receiving the body: the permit
-//! goes back to the gate at once and teaches the limit nothing).
+//! sample for an upstream that failed, shed, or cancelled when the client went away.
+//!
+//! A client that goes away while queued, or while its response streams, frees its slot at
+//! once. One that goes away while the upstream works on its request leaves the slot held
+//! until the upstream answers ([`OnClientGone::Wait`], the default): the upstream is not told
+//! and keeps working, and a slot freed early would let the gate push one more request into an
+//! upstream that has freed nothing (callers that time out would pile work up as if there were
+//! no limit). What the late answer teaches the limit follows the simulator's rule: a drop if
+//! the upstream alone took as long as the client was willing to wait, else a plain success
+//! (the client's patience went in the gate's queue, not the upstream).
 
 use std::convert::Infallible;
 use std::future::Future as _;
@@ -24,8 +31,10 @@ use prometheus_client::registry::Registry;
 use tidegate_core::lease::LeaseHeader;
 use tidegate_core::limit::Outcome;
 use tidegate_tower::{Permit, default_outcome};
+use tokio::sync::watch;
 
 use crate::classify::Classifier;
+use crate::config::OnClientGone;
 use crate::dashboard::Dashboard;
 use crate::forward::{self, Forwarding};
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
@@ -50,6 +59,8 @@ pub(crate) struct Shared {
     pub(crate) read_timeout: Duration,
     pub(crate) shed_status: StatusCode,
     pub(crate) retry_after: Duration,
+    pub(crate) on_client_gone: OnClientGone,
+    pub(crate) abandoned: Abandoned,
     pub(crate) draining: AtomicBool,
     pub(crate) dashboard: Dashboard,
     clock: quanta::Clock,
@@ -68,6 +79,7 @@ impl Shared {
         read_timeout: Duration,
         shed_status: StatusCode,
         retry_after: Duration,
+        on_client_gone: OnClientGone,
         dashboard: Dashboard,
     ) -> Shared {
         let clock = quanta::Clock::new();
@@ -82,6 +94,8 @@ impl Shared {
             read_timeout,
             shed_status,
             retry_after,
+            on_client_gone,
+            abandoned: Abandoned::default(),
             draining: AtomicBool::new(false),
             dashboard,
             clock,
@@ -93,6 +107,43 @@ impl Shared {
     pub(crate) fn now(&self) -> u64 {
         let elapsed = self.clock.now().saturating_duration_since(self.epoch);
         u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+/// The exchanges whose client went away, left to run until their upstream answers: the drain
+/// on shutdown waits for them as for connections, and cuts them with the connections.
+#[derive(Debug)]
+pub(crate) struct Abandoned {
+    running: watch::Sender<usize>,
+    cut: watch::Sender<bool>,
+}
+
+impl Default for Abandoned {
+    fn default() -> Abandoned {
+        Abandoned {
+            running: watch::Sender::new(0),
+            cut: watch::Sender::new(false),
+        }
+    }
+}
+
+impl Abandoned {
+    /// Until none runs.
+    pub(crate) async fn finished(&self) {
+        let _ = self.running.subscribe().wait_for(|n| *n == 0).await;
+    }
+
+    /// Ends every one at once, as cancelled; none starts after.
+    pub(crate) fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    fn started(&self) {
+        self.running.send_modify(|n| *n += 1);
+    }
+
+    fn ended(&self) {
+        self.running.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -129,9 +180,7 @@ pub(crate) async fn handle(
         }
     };
     completion.permit = Some(permit);
-    if shared.dashboard.watched() {
-        completion.admitted = Some(shared.now());
-    }
+    completion.admitted = shared.now();
 
     let (mut parts, body) = request.into_parts();
     shared.forwarding.request_headers(
@@ -153,13 +202,85 @@ pub(crate) async fn handle(
         }
     };
     parts.version = shared.forwarding.upstream_version;
-    let sent = upstream.pool.send(Request::from_parts(parts, body));
-    let kind = match tokio::time::timeout(shared.timeout, sent).await {
-        Ok(Ok((response, lent))) => return Ok(completion.respond(response, lent)),
-        Ok(Err(error)) => error.kind,
-        Err(_elapsed) => ErrorKind::Timeout,
-    };
-    Ok(completion.fail(kind))
+    let exchange = exchange(&shared, pick.upstream, Request::from_parts(parts, body));
+    Ok(AtUpstream::new(exchange, completion).answer().await)
+}
+
+/// The upstream's response headers, or the kind of failure, within `client.timeout`.
+type Exchange = Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lent), ErrorKind>> + Send>>;
+
+/// Sends `request` to upstream number `upstream`. Owned (boxed, holding its own `Shared`) so
+/// that it can outlive the client's connection: see [`AtUpstream`].
+fn exchange(shared: &Arc<Shared>, upstream: usize, request: Request<Incoming>) -> Exchange {
+    let shared = shared.clone();
+    Box::pin(async move {
+        let sent = shared.upstreams.list[upstream].pool.send(request);
+        match tokio::time::timeout(shared.timeout, sent).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => Err(error.kind),
+            Err(_elapsed) => Err(ErrorKind::Timeout),
+        }
+    })
+}
+
+/// A request the upstream has, until its response headers. Dropped before them (the client
+/// went away), it either lets the exchange run on in a task of its own that completes the
+/// request when the upstream answers ([`OnClientGone::Wait`]), or drops it, closing the
+/// upstream connection and freeing the slot as cancelled ([`OnClientGone::Release`]).
+struct AtUpstream {
+    exchange: Exchange,
+    /// `None` once answered.
+    completion: Option<Completion>,
+}
+
+impl AtUpstream {
+    fn new(exchange: Exchange, completion: Completion) -> AtUpstream {
+        AtUpstream {
+            exchange,
+            completion: Some(completion),
+        }
+    }
+
+    async fn answer(mut self) -> Response<ResponseBody> {
+        let answer = (&mut self.exchange).await;
+        let Some(completion) = self.completion.take() else {
+            unreachable!("only an answer or a drop takes the completion, and each once")
+        };
+        match answer {
+            Ok((response, lent)) => completion.respond(response, lent),
+            Err(kind) => completion.fail(kind),
+        }
+    }
+}
+
+impl Drop for AtUpstream {
+    fn drop(&mut self) {
+        let Some(mut completion) = self.completion.take() else {
+            return;
+        };
+        if completion.shared.on_client_gone == OnClientGone::Release {
+            return;
+        }
+        // Outside a runtime (it is shutting down), nothing can wait: cancelled.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut cut = completion.shared.abandoned.cut.subscribe();
+        if *cut.borrow() {
+            return;
+        }
+        completion.client_left = Some(completion.shared.now());
+        completion.upstream().metrics.abandoned.inc();
+        completion.shared.abandoned.started();
+        let exchange = std::mem::replace(&mut self.exchange, Box::pin(std::future::pending()));
+        runtime.spawn(async move {
+            tokio::select! {
+                answer = exchange => completion.late(answer),
+                // The proxy is shutting down past its drain timeout: cancelled.
+                _ = cut.wait_for(|cut| *cut) => {}
+            }
+        });
+    }
 }
 
 /// Every upstream is ejected: 503 with the time until one may be probed.
@@ -196,8 +317,10 @@ pub(crate) struct Completion {
     partition: usize,
     arrived: u64,
     permit: Option<Permit>,
-    /// When the request left the gate, read only while the dashboard is watched.
-    admitted: Option<u64>,
+    /// When the request left the gate (0 before).
+    admitted: u64,
+    /// When the client went away while the upstream had the request.
+    client_left: Option<u64>,
     /// The upstream connection, back to its pool when the response has been read whole.
     lent: Option<Lent>,
     finished: bool,
@@ -211,7 +334,8 @@ impl Completion {
             partition,
             arrived,
             permit: None,
-            admitted: None,
+            admitted: 0,
+            client_left: None,
             lent: None,
             finished: false,
         };
@@ -228,12 +352,20 @@ impl Completion {
     /// The upstream answered: its health is good, its lease applies, and the response goes
     /// to the client with this completion in its body.
     fn respond(mut self, response: Response<Incoming>, lent: Lent) -> Response<ResponseBody> {
-        let probe = std::mem::replace(&mut self.pick.probe, false);
         self.lent = Some(lent);
+        let (mut parts, body) = response.into_parts();
+        self.answered(&mut parts.headers);
+        forward::response_headers(&mut parts.headers, parts.version);
+        let outcome = default_outcome(parts.status);
+        Response::from_parts(parts, ResponseBody::new(body, self, outcome))
+    }
+
+    /// The upstream answered with `headers`: its health is good and its lease applies.
+    fn answered(&mut self, headers: &mut http::HeaderMap) {
+        let probe = std::mem::replace(&mut self.pick.probe, false);
         let upstream = self.upstream();
         upstream.health.success(probe, &upstream.metrics);
-        let (mut parts, body) = response.into_parts();
-        if let Some(value) = take_lease(&mut parts.headers) {
+        if let Some(value) = take_lease(headers) {
             match value
                 .to_str()
                 .ok()
@@ -249,9 +381,36 @@ impl Completion {
                 }
             }
         }
-        forward::response_headers(&mut parts.headers, parts.version);
-        let outcome = default_outcome(parts.status);
-        Response::from_parts(parts, ResponseBody::new(body, self, outcome))
+    }
+
+    /// The upstream's answer to a request whose client went away at `client_left` (see the
+    /// module docs). The answer's body is not read: the connection closes.
+    fn late(mut self, answer: Result<(Response<Incoming>, Lent), ErrorKind>) {
+        let outcome = match answer {
+            Ok((mut response, _lent)) => {
+                self.answered(response.headers_mut());
+                let patience = self
+                    .client_left
+                    .unwrap_or(self.arrived)
+                    .saturating_sub(self.arrived);
+                let upstream_took = self.shared.now().saturating_sub(self.admitted);
+                late_outcome(response.status(), patience, upstream_took)
+            }
+            // Too slow, or unreachable: the upstream's failure whoever waits.
+            Err(kind @ (ErrorKind::Timeout | ErrorKind::Connect)) => {
+                let upstream = self.upstream();
+                upstream.metrics.error(kind);
+                upstream
+                    .health
+                    .failure(self.pick.probe, self.shared.now(), &upstream.metrics);
+                self.pick.probe = false;
+                Outcome::Dropped
+            }
+            // A reset or a broken exchange may be the upstream's reaction to the request body
+            // the client cut short: nothing to learn from it.
+            Err(_) => return,
+        };
+        self.finish(Class::Cancelled, Some(outcome));
     }
 
     /// The upstream failed: 502 (504 for a timeout), a dropped sample, a failure for its
@@ -295,15 +454,23 @@ impl Completion {
             permit.release(outcome);
         }
         let now = self.shared.now();
-        let elapsed = now.saturating_sub(self.arrived);
+        // A client that went away is timed to when it left.
+        let elapsed = match self.client_left {
+            Some(left) => {
+                self.upstream().metrics.abandoned.dec();
+                self.shared.abandoned.ended();
+                left.saturating_sub(self.arrived)
+            }
+            None => now.saturating_sub(self.arrived),
+        };
         self.upstream()
             .metrics
             .observe(class, Duration::from_nanos(elapsed).as_secs_f64());
         let dashboard = &self.shared.dashboard;
         if matches!(class, Class::Ok | Class::Dropped | Class::Ignored) && dashboard.watched() {
             dashboard.e2e.record(elapsed);
-            if let Some(admitted) = self.admitted {
-                dashboard.upstream.record(now.saturating_sub(admitted));
+            if self.admitted != 0 {
+                dashboard.upstream.record(now.saturating_sub(self.admitted));
             }
         }
     }
@@ -312,7 +479,8 @@ impl Completion {
 impl Drop for Completion {
     fn drop(&mut self) {
         // Dropped unfinished: the client went away (or the proxy is cutting connections
-        // after its drain timeout). The permit, dropped with it, frees its slot as cancelled.
+        // after its drain timeout), or a late answer taught nothing. The permit, dropped with
+        // it, frees its slot as cancelled.
         self.finish(Class::Cancelled, None);
         let upstream = self.upstream();
         if self.pick.probe {
@@ -412,6 +580,18 @@ impl ResponseBody {
     }
 }
 
+/// What an answer to a client that left after `patience` nanoseconds teaches the limit, the
+/// upstream having had the request for `upstream_took`: a success is a drop if the upstream
+/// alone took the client's whole patience (it would have lost the client even with no queue);
+/// otherwise the patience went in the gate's queue, and the answer measures the upstream like
+/// any other. (As the simulator's engine does with a caller's timeout.)
+fn late_outcome(status: StatusCode, patience: u64, upstream_took: u64) -> Outcome {
+    match default_outcome(status) {
+        Outcome::Success if upstream_took >= patience => Outcome::Dropped,
+        outcome => outcome,
+    }
+}
+
 /// Removes the lease header, looking it up only if a pass over the names finds it (most
 /// responses have none).
 fn take_lease(headers: &mut http::HeaderMap) -> Option<HeaderValue> {
@@ -470,5 +650,29 @@ impl Body for ResponseBody {
         self.inner
             .as_ref()
             .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_answer_is_a_drop_only_if_the_upstream_alone_took_the_clients_patience() {
+        let ok = StatusCode::OK;
+        // Admitted at once, gone after 100 ms, answered after 300: the upstream's fault.
+        assert_eq!(late_outcome(ok, 100, 300), Outcome::Dropped);
+        assert_eq!(late_outcome(ok, 100, 100), Outcome::Dropped);
+        // 90 ms of the 100 spent queued, answered 20 ms after admission: a healthy upstream.
+        assert_eq!(late_outcome(ok, 100, 20), Outcome::Success);
+        // Other statuses keep their own meaning.
+        assert_eq!(
+            late_outcome(StatusCode::SERVICE_UNAVAILABLE, 100, 20),
+            Outcome::Dropped
+        );
+        assert_eq!(
+            late_outcome(StatusCode::INTERNAL_SERVER_ERROR, 100, 300),
+            Outcome::Ignored
+        );
     }
 }

@@ -10,6 +10,7 @@
 //! | `tidegate_upstream_errors_total` | counter | `upstream`, `kind` | upstream failures: `connect` (refused or unreachable), `timeout` (no response headers in time, or silent mid-body), `reset` (closed mid-exchange), `protocol`, `body` (failed while streaming the response) |
 //! | `tidegate_upstream_ejections_total` | counter | `upstream` | times the upstream was ejected |
 //! | `tidegate_upstream_ejected` | gauge | `upstream` | 1 while ejected |
+//! | `tidegate_upstream_abandoned` | gauge | `upstream` | requests whose client went away that the upstream still has, their slots held (`server.on_client_gone = "wait"`) |
 //! | `tidegate_lease_header_invalid_total` | counter | `upstream` | `tidegate-lease` headers that did not parse (ignored) |
 //! | `tidegate_priority_header_invalid_total` | counter | | priority headers that did not parse (the request got the default priority) |
 //!
@@ -96,6 +97,7 @@ pub(crate) struct UpstreamMetrics {
     errors: [Counter; ErrorKind::ALL.len()],
     pub(crate) ejections: Counter,
     pub(crate) ejected: Gauge,
+    pub(crate) abandoned: Gauge,
     pub(crate) lease_invalid: Counter,
 }
 
@@ -116,6 +118,7 @@ impl UpstreamMetrics {
             errors: Default::default(),
             ejections: Counter::default(),
             ejected: Gauge::default(),
+            abandoned: Gauge::default(),
             lease_invalid: Counter::default(),
         }
     }
@@ -128,6 +131,7 @@ pub(crate) struct ProxyMetrics {
     errors: Family<Labels, Counter>,
     ejections: Family<Labels, Counter>,
     ejected: Family<Labels, Gauge>,
+    abandoned: Family<Labels, Gauge>,
     lease_invalid: Family<Labels, Counter>,
     pub(crate) priority_invalid: Counter,
     /// Requests answered 503 because every upstream was ejected.
@@ -142,6 +146,7 @@ impl ProxyMetrics {
         let errors = Family::<Labels, Counter>::default();
         let ejections = Family::<Labels, Counter>::default();
         let ejected = Family::<Labels, Gauge>::default();
+        let abandoned = Family::<Labels, Gauge>::default();
         let lease_invalid = Family::<Labels, Counter>::default();
         let priority_invalid = Counter::default();
         registry.register(
@@ -165,6 +170,11 @@ impl ProxyMetrics {
             ejected.clone(),
         );
         registry.register(
+            "tidegate_upstream_abandoned",
+            "Requests whose client went away that the upstream still has; their slots are held until it answers.",
+            abandoned.clone(),
+        );
+        registry.register(
             "tidegate_lease_header_invalid",
             "Lease headers from an upstream that did not parse.",
             lease_invalid.clone(),
@@ -185,6 +195,7 @@ impl ProxyMetrics {
             errors,
             ejections,
             ejected,
+            abandoned,
             lease_invalid,
             priority_invalid,
             unavailable,
@@ -208,6 +219,7 @@ impl ProxyMetrics {
             }),
             ejections: self.ejections.get_or_create(&vec![name()]).clone(),
             ejected: self.ejected.get_or_create(&vec![name()]).clone(),
+            abandoned: self.abandoned.get_or_create(&vec![name()]).clone(),
             lease_invalid: self.lease_invalid.get_or_create(&vec![name()]).clone(),
         }
     }

@@ -118,6 +118,7 @@ impl Proxy {
                 reason: e.to_string(),
             })?,
             retry_after,
+            config.server.on_client_gone,
             Dashboard::new(&config.dashboard),
         );
         let listener = bind(config.listen, "listen")?;
@@ -198,17 +199,23 @@ impl Proxy {
         }
         drop(listener);
         shared.draining.store(true, Ordering::Release);
-        let drained = tokio::time::timeout(drain_timeout, graceful.shutdown())
-            .await
-            .is_ok();
+        // Requests whose clients went away, still at their upstreams, are in flight too.
+        let drained = tokio::time::timeout(drain_timeout, async {
+            graceful.shutdown().await;
+            shared.abandoned.finished().await;
+        })
+        .await
+        .is_ok();
         let cut = if drained {
             0
         } else {
             let cut = connections.len();
+            shared.abandoned.cut();
             connections.abort_all();
             cut
         };
         while connections.join_next().await.is_some() {}
+        shared.abandoned.finished().await;
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
         Drained { cut }

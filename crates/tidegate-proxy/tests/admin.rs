@@ -185,3 +185,29 @@ async fn the_drain_timeout_bounds_the_shutdown() {
     assert!(cut.is_err(), "the connection was cut: {cut:?}");
     origin.wait_held(0).await;
 }
+
+#[tokio::test]
+async fn the_drain_waits_for_requests_whose_client_left_then_cuts_them() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.server.drain_timeout = Nanos::from_millis(200);
+    let mut proxy = TestProxy::start(config).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, b"GET /hold HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .unwrap();
+    origin.wait_held(1).await;
+    drop(stream);
+    eventually("the proxy to see the client gone", || async {
+        let metrics = proxy.metrics().await;
+        metrics.sum("tidegate_upstream_abandoned", &[("upstream", "a")]) == 1.0
+    })
+    .await;
+    let started = std::time::Instant::now();
+    proxy.shutdown();
+    // No connection is left to cut, but the upstream still has a request: the drain waits
+    // for it to its timeout, then cuts the upstream exchange.
+    assert_eq!(proxy.stopped().await.cut, 0);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    origin.wait_held(0).await;
+}

@@ -156,9 +156,56 @@ async fn a_client_gone_while_queued_leaves_the_queue() {
 }
 
 #[tokio::test]
-async fn a_client_gone_while_in_flight_frees_its_slot_at_once() {
+async fn a_client_gone_while_in_flight_keeps_its_slot_until_the_upstream_answers() {
     let origin = Origin::start("a").await;
     let proxy = TestProxy::start(fixed(config(&[&origin]), 1, 10)).await;
+    let abandoned = || async {
+        proxy
+            .metrics()
+            .await
+            .sum("tidegate_upstream_abandoned", &[("upstream", "a")])
+    };
+    let impatient = raw_request(&proxy, "/hold").await;
+    origin.wait_held(1).await;
+    drop(impatient);
+    eventually("the proxy to see the client gone", || async {
+        abandoned().await == 1.0
+    })
+    .await;
+    // The origin still works on it, so the slot stays taken: the next request queues.
+    let next = spawn_get(proxy.url("/echo"));
+    eventually("the next request to queue", || async {
+        proxy.gate("a").await["queued"] == 1
+    })
+    .await;
+    assert_eq!(proxy.gate("a").await["inflight"], 1);
+    origin.release(1);
+    assert_eq!(
+        within("the next request", next).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let gate = proxy.gate("a").await;
+    // The origin alone took longer than the client waited: an overload signal.
+    assert_eq!(gate["requests"]["dropped"], 1, "{gate}");
+    assert_eq!(gate["requests"]["cancelled_inflight"], 0, "{gate}");
+    assert_eq!(abandoned().await, 0.0);
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_request_duration_seconds_count",
+            &[("upstream", "a"), ("class", "cancelled")]
+        ),
+        1.0,
+        "the abandoned request counts once, as cancelled"
+    );
+}
+
+#[tokio::test]
+async fn a_client_gone_while_in_flight_frees_its_slot_at_once_when_told_to() {
+    let origin = Origin::start("a").await;
+    let mut config = fixed(config(&[&origin]), 1, 10);
+    config.server.on_client_gone = tidegate_proxy::config::OnClientGone::Release;
+    let proxy = TestProxy::start(config).await;
     let impatient = raw_request(&proxy, "/hold").await;
     origin.wait_held(1).await;
     drop(impatient);
