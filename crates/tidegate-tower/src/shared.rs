@@ -14,10 +14,11 @@
 //!   back into the counter when it ends, and leaves what the core must learn from it (its
 //!   latency, its outcome) in a bounded lock-free buffer. The next locked call, whoever makes
 //!   it, first records the buffered requests in the core ([`Gate::record_lent`]), so every
-//!   decision under the lock sees them; a full buffer, a due tick or a gate that stopped
-//!   lending sends the release through the lock instead. A release that races the gate
-//!   closing can leave a credit the next locked call takes back; until then one arrival may
-//!   pass a queue that formed a moment before.
+//!   decision under the lock sees them; a full buffer, a due tick, a gate that stopped
+//!   lending or one with more in flight than its limit (the limit backed off) sends the
+//!   release through the lock instead. A release that races the gate closing can leave a
+//!   credit the next locked call takes back; until then one arrival may pass a queue that
+//!   formed a moment before.
 //! - **No timer task.** Time-driven work (expiring queued requests, the regulator's periodic
 //!   update) is done by whoever calls in after it fell due: every acquire and release checks
 //!   an atomic "next tick" time, and a queued request sleeps until its own deadline, then
@@ -272,7 +273,12 @@ impl Inner {
         }
         self.settled_inflight
             .store(state.gate.inflight(), Ordering::Relaxed);
-        self.lending.store(state.gate.may_lend(), Ordering::Release);
+        // A slot that ends may go straight back to the credits only while the gate is within
+        // its limit: after the limit fell below what is in flight (a backoff, a lease), ends
+        // go through the lock so that the core sees the slots leave until it is within again.
+        let within_limit = state.gate.inflight() <= state.gate.limit();
+        self.lending
+            .store(state.gate.may_lend() && within_limit, Ordering::Release);
         self.next_tick
             .store(state.gate.next_tick().as_nanos(), Ordering::Relaxed);
     }

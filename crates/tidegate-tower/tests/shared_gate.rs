@@ -274,3 +274,36 @@ async fn two_threads_leave_nothing_behind() {
     assert_eq!(total.completed_ok, ok);
     assert_eq!(total.arrived, total.ended());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_that_falls_below_the_requests_in_flight_binds_as_they_end() {
+    let gate = fixed(
+        4,
+        QueueConfig {
+            capacity: 0,
+            ..queue(100)
+        },
+    );
+    // Nothing queues and nothing is regulated: the four slots are lent, taken without the lock.
+    let mut permits = Vec::new();
+    for _ in 0..4 {
+        permits.push(gate.acquire(p(1)).await.expect("admitted"));
+    }
+    // The upstream now allows one (a lease; a limit backing off does the same).
+    gate.set_lease(1, Duration::from_secs(60));
+    let full = |gate: &SharedGate| {
+        gate.acquire(p(1))
+            .now_or_never()
+            .expect("decided at once")
+            .is_err()
+    };
+    for ended in 1..=3 {
+        permits.pop().expect("held").success();
+        // A slot that ends while more are in flight than the limit must not be lent again.
+        assert!(full(&gate), "admitted with {} in flight", 4 - ended);
+        assert_eq!(gate.snapshot().inflight, 4 - ended);
+    }
+    permits.pop().expect("held").success();
+    let permit = gate.acquire(p(1)).now_or_never().expect("decided at once");
+    assert!(permit.is_ok(), "the last end makes room for one");
+}
