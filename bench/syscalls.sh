@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# System calls per request of tidegate and of nginx as proxies, to tell the kernel's share of
+# a proxied request from the proxy's own: each proxy (one worker thread) in front of the same
+# nginx origin, driven by wrk while `strace -c` counts its calls; the counts divided by the
+# requests wrk completed in that time. strace slows the proxies down several times, so the
+# rates here mean nothing: only the counts per request do.
+#
+#   bench/syscalls.sh [SECONDS] [CONNECTIONS]     (default: 4 s, 50)
+#
+# Installs nginx-light, wrk and strace from Debian's packages when missing. A benchmark, not
+# a test.
+set -euo pipefail
+
+secs="${1:-4}"
+conns="${2:-50}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-syscalls.XXXXXX")"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+
+need=()
+command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
+command -v wrk >/dev/null || need+=(wrk)
+command -v strace >/dev/null || need+=(strace)
+apt_install "${need[@]}"
+export PATH="$PATH:/usr/sbin"
+
+cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
+
+origin_port=18480 tidegate_port=18481 nginx_port=18482 admin_port=18491
+nginx_conf "$work/origin" "server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }"
+nginx_conf "$work/peer" "upstream origin { server 127.0.0.1:$origin_port; keepalive 128; }
+    server { listen 127.0.0.1:$nginx_port; location / { proxy_pass http://origin;
+        proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
+"$root/target/release/tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
+    --listen "127.0.0.1:$tidegate_port" --admin "127.0.0.1:$admin_port" --threads 1 \
+    >"$work/tidegate.log" 2>&1 & pids+=($!)
+tidegate_pid=$!
+nginx -p "$work/peer" -c "$work/peer/nginx.conf" & pids+=($!)
+nginx_pid=$!
+wait_port $origin_port
+wait_port $tidegate_port
+wait_port $nginx_port
+
+echo "system calls per request, wrk -t1 -c$conns -d${secs}s under strace -c"
+for row in "tidegate $tidegate_pid $tidegate_port" "nginx $nginx_pid $nginx_port"; do
+    read -r name pid port <<<"$row"
+    wrk -t1 -c"$conns" -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up
+    strace -c -f -p "$pid" -o "$work/strace.$name" &
+    tracer=$!
+    sleep 0.5 # until attached
+    wrk -t1 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/" >"$work/wrk.$name"
+    kill -INT "$tracer"
+    wait "$tracer" || true
+    requests=$(awk '/requests in/ { print $1 }' "$work/wrk.$name")
+    echo "$name ($requests requests):"
+    awk -v n="$requests" '$NF != "total" && $4 ~ /^[0-9]+$/ { printf "  %-14s %6.3f\n", $NF, $4 / n }' \
+        "$work/strace.$name" | sort -k2 -rn | head -8
+done
