@@ -147,8 +147,8 @@ impl RegulatorConfig {
 /// default, and why", has the table and the commands): on Kanaloa's service at 125% it keeps
 /// 99% of the capacity as goodput at p99 231 ms, settled 7 s after the overload starts; in
 /// Cinnamon's experiment at 2.3x and 3x it keeps 98.5% while serving no tier 5 and keeping
-/// tier 1's P50 within 1.17x of unloaded; in the capacity demo it reaches 3.2-3.3 ok/s of an
-/// ideal 3.5. No other pairing not told the capacity does as well across them: PID costs
+/// tier 1's P50 within 1.17x of unloaded; in the capacity demo it reaches 3.26-3.43 ok/s of
+/// an ideal 3.5. No other pairing not told the capacity does as well across them: PID costs
 /// Kanaloa's p99 (537 ms), CoDel expires tier 1 with tier 5, HillClimb takes minutes to
 /// settle. RSocket's latency-per-window service is where it falls short.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

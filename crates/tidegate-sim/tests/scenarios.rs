@@ -222,21 +222,43 @@ fn cinnamon_default_protects_tier_one_first_above_capacity() {
 }
 
 /// The capacity demo's bad release (1 s -> 2 s of work) with the capacity learnt, not known:
-/// the default beats the demo's adaptive quota (2.4-2.7 ok/s) and its AIMD arm here. At
-/// full length it meets the target of 3.3 ok/s on most seeds (3.25-3.40 over the file's and
-/// seeds 1-5; see docs/algorithms.md, "The default, and why"); shortened to 150 s, the
-/// steady state still holds the learning after the change (3.10-3.22).
+/// the default beats the demo's adaptive quota (2.4-2.7 ok/s) and its AIMD arm here, and
+/// meets the target of 3.3 ok/s at p99 under 2.5 s at full length with the file's seed
+/// (3.26-3.37 over seeds 1-5; see docs/algorithms.md, "The default, and why"). Full length:
+/// shortened, the 2-s work does not shrink and the re-learning after the change, one
+/// judged request at a time below 10, takes most of the steady state (2.9 ok/s at 150 s).
 #[test]
 fn capacity_adaptive_default_beats_the_demos_adaptive_quota() {
-    let report = run("capacity-adaptive", 150);
+    let report = run_all(&load("capacity-adaptive"), 2);
     let default = steady(&report, "tidegate default", 5.0);
     let demo = steady(&report, "aimd (demo)", 5.0);
-    assert!(default.goodput_rps >= 3.0, "{default:?}");
+    assert!(default.goodput_rps >= 3.3, "{default:?}");
     assert!(
         default.goodput_rps > demo.goodput_rps,
         "{default:?} vs {demo:?}"
     );
     assert!(default.p99_ms.unwrap() < 2_500.0, "{default:?}");
+}
+
+/// 2 s of work from the start: the target of 3.3 ok/s at p99 under 2.5 s holds at full
+/// length with the file's seed and with seed 4, which gave 3.12 before growths and probes
+/// at small limits were judged by the throughput they bought (3.38-3.43 over seeds 1-5).
+#[test]
+fn capacity_slow_default_meets_the_target_on_the_seed_that_missed() {
+    for seed in [None, Some(4)] {
+        let mut scenario = load("capacity-slow");
+        scenario.arms.retain(|a| a.name == "tidegate default");
+        if let Some(seed) = seed {
+            scenario.seed = seed;
+        }
+        let report = run_all(&scenario, 2);
+        let default = steady(&report, "tidegate default", 5.0);
+        assert!(default.goodput_rps >= 3.3, "seed {seed:?}: {default:?}");
+        assert!(
+            default.p99_ms.unwrap() < 2_500.0,
+            "seed {seed:?}: {default:?}"
+        );
+    }
 }
 
 #[test]
