@@ -194,7 +194,14 @@ impl PriorityCutoff {
         let (mut cut, mut held_cut) = (bound(ratio), bound(held));
         let mut lowest_seen = None;
         if cut.is_none() || held_cut.is_none() {
-            let (ratio_target, held_target) = (ratio * total, held * total);
+            let held_target = held * total;
+            // The walk looks for one target at a time: the ratio's, then the held line's (not
+            // below it), at the same rank again and further down, as two walks would.
+            let mut target = if cut.is_none() {
+                ratio * total
+            } else {
+                held_target
+            };
             let mut above = 0.0;
             let mut visit = |rank: usize| {
                 let count = self.counts[rank];
@@ -204,18 +211,20 @@ impl PriorityCutoff {
                 // `rank < RANKS = 768`, so it fits.
                 let rank = rank as u16;
                 let reached = above + count;
-                let line = |target: f64| Cut::Rank {
-                    rank,
-                    fraction: ((target - above) / count).clamp(0.0, 1.0),
-                };
-                if cut.is_none() && reached >= ratio_target {
-                    cut = Some(line(ratio_target));
-                }
-                if held_cut.is_none() && reached >= held_target {
-                    held_cut = Some(line(held_target));
-                }
-                if cut.is_some() && held_cut.is_some() {
-                    return ControlFlow::Break(());
+                while reached >= target {
+                    let line = Cut::Rank {
+                        rank,
+                        fraction: ((target - above) / count).clamp(0.0, 1.0),
+                    };
+                    if cut.is_none() {
+                        cut = Some(line);
+                    } else {
+                        held_cut = Some(line);
+                    }
+                    if held_cut.is_some() {
+                        return ControlFlow::Break(());
+                    }
+                    target = held_target;
                 }
                 above = reached;
                 lowest_seen = Some(rank);
