@@ -388,15 +388,22 @@ impl Mix {
         }
     }
 
+    /// The tier of the draw `u` in `[0, 1)`: the first whose cumulative weight is above `u`
+    /// (the last if rounding left them all at or below it). The weights are not negative, so
+    /// the cumulative ones never decrease and those at or below `u` come first: counting
+    /// them finds the same tier without a loop exit that depends on `u`, which the processor
+    /// would mispredict on most draws of a mix of tiers.
+    fn tier_at(&self, u: f64) -> u8 {
+        let below = self.cumulative.iter().filter(|(c, _)| *c <= u).count();
+        self.cumulative
+            .get(below)
+            .or(self.cumulative.last())
+            .map_or(Priority::default().tier(), |&(_, tier)| tier)
+    }
+
     /// A request's priority at `now` (the run's time stands in for the shared wall clock).
     pub fn draw(&mut self, rng: &mut Rng, now: Time) -> Priority {
-        let u = rng.next_f64();
-        let tier = self
-            .cumulative
-            .iter()
-            .find(|(c, _)| u < *c)
-            .or(self.cumulative.last())
-            .map_or(Priority::default().tier(), |&(_, tier)| tier);
+        let tier = self.tier_at(rng.next_f64());
         let cohort = if self.keys == 0 {
             0
         } else {
@@ -469,6 +476,41 @@ mod tests {
             n += 1;
         }
         assert!((24_500..25_500).contains(&n), "{n}");
+    }
+
+    /// Counting the cumulative weights at or below the draw finds the tier the first above it
+    /// does, zero weights, draws equal to a cumulative weight and past the last included.
+    #[test]
+    fn the_tier_of_a_draw_is_the_first_cumulative_weight_above_it() {
+        let mut rng = Rng::seed(11);
+        for weights in [
+            "{ tier = 1, weight = 1 }",
+            "{ tier = 0, weight = 1 }, { tier = 5, weight = 3 }",
+            "{ tier = 0, weight = 0.1 }, { tier = 2, weight = 0 }, { tier = 3, weight = 0.7 }, \
+             { tier = 4, weight = 0 }, { tier = 5, weight = 2.2 }",
+        ] {
+            let mix = Mix::new(&load(&format!(
+                "timeout = \"1s\"\nrate = 1\ntiers = [{weights}]\n"
+            )));
+            let first_above = |u: f64| {
+                mix.cumulative
+                    .iter()
+                    .find(|(c, _)| u < *c)
+                    .or(mix.cumulative.last())
+                    .map(|&(_, tier)| tier)
+            };
+            let edges = mix
+                .cumulative
+                .iter()
+                .flat_map(|&(c, _)| [c, c.next_down(), c.next_up()]);
+            let draws: Vec<f64> = edges
+                .chain([0.0, 1.0, 2.0])
+                .chain((0..10_000).map(|_| rng.next_f64()))
+                .collect();
+            for u in draws {
+                assert_eq!(Some(mix.tier_at(u)), first_above(u), "{weights}: draw {u}");
+            }
+        }
     }
 
     #[test]

@@ -85,6 +85,19 @@ impl Histogram {
         self.max = self.max.max(value);
     }
 
+    /// Adds `other`'s values, as if each had been recorded here too (the same counts,
+    /// mean, minimum and maximum).
+    pub fn add(&mut self, other: &Histogram) {
+        self.counts
+            .iter_mut()
+            .zip(&other.counts)
+            .for_each(|(count, other)| *count += other);
+        self.total += other.total;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+
     pub fn count(&self) -> u64 {
         self.total
     }
@@ -138,6 +151,29 @@ mod tests {
             next = low.wrapping_add(width);
         }
         assert_eq!(next, 0, "the last bucket ends at u64::MAX");
+    }
+
+    #[test]
+    fn adding_histograms_is_recording_all_their_values_in_one() {
+        let (mut a, mut b, mut both) = (Histogram::new(), Histogram::new(), Histogram::new());
+        let mut x = 12_345u64;
+        for i in 0..10_000u64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let value = (x >> 33) % (1 << (i % 40));
+            if i % 3 == 0 { &mut a } else { &mut b }.record(value);
+            both.record(value);
+        }
+        let mut empty = Histogram::new();
+        empty.add(&Histogram::new());
+        assert_eq!((empty.count(), empty.min(), empty.max()), (0, None, None));
+        a.add(&empty);
+        a.add(&b);
+        assert_eq!(a.counts, both.counts);
+        assert_eq!(
+            (a.count(), a.mean(), a.min(), a.max()),
+            (both.count(), both.mean(), both.min(), both.max())
+        );
+        assert_eq!(a.quantile(0.99), both.quantile(0.99));
     }
 
     #[test]

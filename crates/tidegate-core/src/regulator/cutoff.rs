@@ -15,6 +15,8 @@
 //! Recording an arrival and deciding about one are O(1); an update decays and walks the
 //! counters of the ranks that have had arrivals (all 768 at worst).
 
+use std::ops::ControlFlow;
+
 use crate::priority::{COHORTS, RANKS};
 use crate::time::{Nanos, Time};
 
@@ -126,14 +128,19 @@ impl PriorityCutoff {
         self.seen[rank / 64] |= 1 << (rank % 64);
     }
 
-    /// The ranks that have had arrivals, in rank order, with their counts; every other rank
-    /// counts zero.
-    fn seen_counts(&self) -> impl DoubleEndedIterator<Item = (usize, &f64)> {
-        self.seen
-            .iter()
-            .enumerate()
-            .flat_map(|(word, &bits)| SetBits(bits).map(move |bit| word * 64 + bit))
-            .map(|rank| (rank, &self.counts[rank]))
+    /// The sum of the counts, added in rank order (the ranks never seen count zero, and
+    /// adding a zero changes no sum of counts, so this is the sum over all 768).
+    fn total(&self) -> f64 {
+        let mut total = 0.0;
+        for (block, &bits) in self.counts.chunks_exact(64).zip(&self.seen) {
+            if bits == u64::MAX {
+                // All seen (traffic over every cohort of a tier): a plain loop is cheaper.
+                block.iter().for_each(|count| total += count);
+            } else {
+                SetBits(bits).for_each(|bit| total += block[bit]);
+            }
+        }
+        total
     }
 
     /// Decays the histogram to `now` and moves the cut-off so that `ratio` (clamped to
@@ -160,47 +167,92 @@ impl PriorityCutoff {
         } else {
             self.held - self.fall_rate * elapsed
         };
-        self.cut = self.find_cut(self.ratio);
         self.held = self.ratio.max(fallen);
-        self.held_cut = if self.held > self.ratio {
-            self.find_cut(self.held)
+        // One sum of the counts and one walk down the ranks serve both lines: the held one,
+        // when higher, is further down the same walk.
+        let total = if self.ratio > 0.0 && self.ratio < 1.0 || self.held > 0.0 && self.held < 1.0 {
+            self.total()
         } else {
-            self.cut
+            0.0
         };
+        (self.cut, self.held_cut) = self.find_cuts(total, self.ratio, self.held);
     }
 
-    fn find_cut(&self, ratio: f64) -> Cut {
-        if ratio <= 0.0 {
-            return Cut::Nothing;
-        }
-        if ratio >= 1.0 {
-            return Cut::Everything;
-        }
-        let total: f64 = self.seen_counts().map(|(_, count)| count).sum();
-        if total <= f64::MIN_POSITIVE {
-            return Cut::Uniform(self.ratio);
-        }
-        let target = ratio * total;
-        let mut above = 0.0;
+    /// The cuts for `ratio` and for `held` (not below it), of counts summing to `total`.
+    fn find_cuts(&self, total: f64, ratio: f64, held: f64) -> (Cut, Cut) {
+        let bound = |ratio: f64| {
+            if ratio <= 0.0 {
+                Some(Cut::Nothing)
+            } else if ratio >= 1.0 {
+                Some(Cut::Everything)
+            } else if total <= f64::MIN_POSITIVE {
+                Some(Cut::Uniform(self.ratio))
+            } else {
+                None
+            }
+        };
+        let (mut cut, mut held_cut) = (bound(ratio), bound(held));
         let mut lowest_seen = None;
-        for (rank, &count) in self.seen_counts().rev() {
-            if count <= 0.0 {
-                continue;
+        if cut.is_none() || held_cut.is_none() {
+            let held_target = held * total;
+            // The walk looks for one target at a time: the ratio's, then the held line's (not
+            // below it), at the same rank again and further down, as two walks would.
+            let mut target = if cut.is_none() {
+                ratio * total
+            } else {
+                held_target
+            };
+            let mut above = 0.0;
+            let mut visit = |rank: usize| {
+                let count = self.counts[rank];
+                if count <= 0.0 {
+                    return ControlFlow::Continue(());
+                }
+                // `rank < RANKS = 768`, so it fits.
+                let rank = rank as u16;
+                let reached = above + count;
+                while reached >= target {
+                    let line = Cut::Rank {
+                        rank,
+                        fraction: ((target - above) / count).clamp(0.0, 1.0),
+                    };
+                    if cut.is_none() {
+                        cut = Some(line);
+                    } else {
+                        held_cut = Some(line);
+                    }
+                    if held_cut.is_some() {
+                        return ControlFlow::Break(());
+                    }
+                    target = held_target;
+                }
+                above = reached;
+                lowest_seen = Some(rank);
+                ControlFlow::Continue(())
+            };
+            for (word, &bits) in self.seen.iter().enumerate().rev() {
+                let first = word * 64;
+                let walked = if bits == u64::MAX {
+                    (first..first + 64).rev().try_for_each(&mut visit)
+                } else {
+                    SetBits(bits).rev().try_for_each(|bit| visit(first + bit))
+                };
+                if walked.is_break() {
+                    break;
+                }
             }
-            // `rank < RANKS = 768`, so it fits.
-            let rank = rank as u16;
-            if above + count >= target {
-                let fraction = ((target - above) / count).clamp(0.0, 1.0);
-                return Cut::Rank { rank, fraction };
-            }
-            above += count;
-            lowest_seen = Some(rank);
         }
-        // Rounding kept the sum just short of the target: cut everything seen.
-        lowest_seen.map_or(Cut::Uniform(ratio), |rank| Cut::Rank {
-            rank,
-            fraction: 1.0,
-        })
+        // Rounding kept the sum just short of a target: cut everything seen.
+        let everything_seen = |ratio: f64| {
+            lowest_seen.map_or(Cut::Uniform(ratio), |rank| Cut::Rank {
+                rank,
+                fraction: 1.0,
+            })
+        };
+        (
+            cut.unwrap_or_else(|| everything_seen(ratio)),
+            held_cut.unwrap_or_else(|| everything_seen(held)),
+        )
     }
 
     /// Whether to reject an arrival of this rank under the current cut-off.
@@ -468,9 +520,8 @@ mod tests {
         assert!(!cutoff.should_reject(767), "NaN is no shedding");
     }
 
-    /// The cut as the plain walk over all 768 ranks finds it, for the test below.
-    fn cut_over_all_ranks(cutoff: &PriorityCutoff) -> Cut {
-        let ratio = cutoff.ratio;
+    /// The cut for `ratio` as the plain walk over all 768 ranks finds it, for the test below.
+    fn cut_over_all_ranks(cutoff: &PriorityCutoff, ratio: f64) -> Cut {
         if ratio <= 0.0 {
             return Cut::Nothing;
         }
@@ -501,20 +552,27 @@ mod tests {
     }
 
     /// Decaying and visiting only the ranks seen gives the counts of decaying all 768 and the
-    /// cut of the walk over all 768, to the bit, for sparse and dense mixes, decays and ratios.
+    /// cuts (the ratio's and the held line's) of a walk over all 768 for each, to the bit, for
+    /// sparse and dense mixes, decays and ratios.
     #[test]
     fn the_seen_ranks_give_the_cut_of_all_ranks() {
         let mut rng = Rng::seed(3);
-        for mix in [1, 2, 12, 300, 768] {
-            let mut cutoff = PriorityCutoff::new(Nanos::from_millis(700));
-            let ranks: Vec<u16> = (0..mix)
-                .map(|_| rng.range_inclusive(0, RANKS as i64 - 1) as u16)
-                .collect();
+        for mix in [1, 2, 12, 300, 700, RANKS] {
+            let mut cutoff = PriorityCutoff::new(Nanos::from_millis(700)).with_fall_rate(0.5);
+            // 768: every rank, so that whole blocks of 64 are seen (the plain loops).
+            let ranks: Vec<u16> = if mix == RANKS {
+                (0..RANKS as u16).collect()
+            } else {
+                (0..mix)
+                    .map(|_| rng.range_inclusive(0, RANKS as i64 - 1) as u16)
+                    .collect()
+            };
             // The histogram as decaying all 768 counters keeps it.
             let mut all_ranks = [0.0f64; RANKS];
             let mut now = Time::ZERO;
             let mut last = None;
             let mut partial = 0;
+            let mut held = 0;
             for _ in 0..300 {
                 for _ in 0..rng.range_inclusive(0, 40) {
                     let rank = ranks[rng.range_inclusive(0, mix as i64 - 1) as usize];
@@ -531,22 +589,29 @@ mod tests {
                 cutoff.update(now, rng.next_f64() * 1.2 - 0.1);
                 let bits = |counts: &[f64]| counts.iter().map(|c| c.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&cutoff.counts[..]), bits(&all_ranks), "mix {mix}");
-                let expected = cut_over_all_ranks(&cutoff);
-                match (cutoff.cut, expected) {
-                    (
-                        Cut::Rank { rank, fraction },
-                        Cut::Rank {
-                            rank: r,
-                            fraction: f,
-                        },
-                    ) => {
-                        assert_eq!((rank, fraction.to_bits()), (r, f.to_bits()), "mix {mix}");
-                        partial += usize::from(fraction < 1.0);
+                let bits_of = |cut: Cut| match cut {
+                    Cut::Rank { rank, fraction } => Some((rank, fraction.to_bits())),
+                    _ => None,
+                };
+                let expected = cut_over_all_ranks(&cutoff, cutoff.ratio);
+                assert_eq!(cutoff.cut, expected, "mix {mix}");
+                assert_eq!(bits_of(cutoff.cut), bits_of(expected), "mix {mix}");
+                partial +=
+                    usize::from(matches!(cutoff.cut, Cut::Rank { fraction, .. } if fraction < 1.0));
+                if cutoff.held > cutoff.ratio {
+                    held += 1;
+                    let expected = cut_over_all_ranks(&cutoff, cutoff.held);
+                    // With no history the held line is the ratio's uniform draw.
+                    if !matches!(expected, Cut::Uniform(_)) {
+                        assert_eq!(cutoff.held_cut, expected, "mix {mix}");
+                        assert_eq!(bits_of(cutoff.held_cut), bits_of(expected), "mix {mix}");
                     }
-                    (got, expected) => assert_eq!(got, expected, "mix {mix}"),
+                } else {
+                    assert_eq!(cutoff.held_cut, cutoff.cut, "mix {mix}");
                 }
             }
             assert!(partial > 100, "mix {mix}: the fractions were compared");
+            assert!(held > 20, "mix {mix}: {held} held lines were compared");
         }
     }
 

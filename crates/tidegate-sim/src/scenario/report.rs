@@ -45,6 +45,20 @@ pub(crate) struct Count {
 }
 
 impl Count {
+    /// Adds `other`'s counts and latencies, as if its requests had been counted here too.
+    fn add(&mut self, other: &Count) {
+        self.offered += other.offered;
+        self.ok += other.ok;
+        self.shed += other.shed;
+        self.expired += other.expired;
+        self.refused += other.refused;
+        self.timed_out += other.timed_out;
+        self.unsent += other.unsent;
+        if let Some(latency) = &other.latency {
+            self.latency.get_or_insert_with(Histogram::new).add(latency);
+        }
+    }
+
     fn end(&mut self, ending: Ending) {
         match ending {
             Ending::Ok(latency) => {
@@ -98,22 +112,20 @@ fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
 }
 
-/// Counts per tier and in total over a span of the run.
+/// Counts per tier over a span of the run. The total over the tiers is added up once, for
+/// the summary, rather than counted beside them for every request.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Tally {
     tiers: [Count; TIERS as usize],
-    total: Count,
 }
 
 impl Tally {
     pub(crate) fn offer(&mut self, tier: u8) {
         self.tiers[usize::from(tier)].offered += 1;
-        self.total.offered += 1;
     }
 
     pub(crate) fn end(&mut self, tier: u8, ending: Ending) {
         self.tiers[usize::from(tier)].end(ending);
-        self.total.end(ending);
     }
 
     pub(crate) fn summary(&self, seconds: f64, limit: Option<f64>) -> Summary {
@@ -124,8 +136,10 @@ impl Tally {
             .filter(|(_, c)| c.offered > 0)
             .map(|(tier, c)| (tier.to_string(), c.figures(seconds)))
             .collect();
+        let mut total = Count::default();
+        self.tiers.iter().for_each(|c| total.add(c));
         Summary {
-            figures: self.total.figures(seconds),
+            figures: total.figures(seconds),
             limit: limit.map(round3),
             tiers,
         }
