@@ -150,10 +150,13 @@ awk '{ side[NR] = $1; p99[NR] = $3 }
      END {
          for (r = 0; r < NR / 3; r++) {
              for (i = 1; i <= 3; i++) { n = 3 * r + i; p[side[n]] = p99[n] }
-             d = p["dashboard"] - p["control"]; above += (d > 0)
+             d = p["dashboard"] - p["control"]; above += (d > 0); sum += d; sq += d * d
              diffs = diffs sprintf(" %+.2f", d)
          }
-         printf "p99 dashboard - control, by round (ms):%s; above in %d of %d rounds\n", diffs, above, NR / 3
+         n = NR / 3; mean = sum / n
+         se = n > 1 ? sqrt((sq - n * mean * mean) / (n - 1) / n) : 0
+         printf "p99 dashboard - control, by round (ms):%s; above in %d of %d rounds\n", diffs, above, n
+         printf "mean difference %+.2f ms, standard error %.2f ms\n", mean, se
      }' "$work/results"
 awk 'NR == 1 { amin = amax = $1; smin = smax = $2 }
      { if ($1 < amin) amin = $1; if ($1 > amax) amax = $1; if ($2 < smin) smin = $2; if ($2 > smax) smax = $2 }
