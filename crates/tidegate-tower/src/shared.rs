@@ -14,11 +14,11 @@
 //!   back into the counter when it ends, and leaves what the core must learn from it (its
 //!   latency, its outcome) in a bounded lock-free buffer. The next locked call, whoever makes
 //!   it, first records the buffered requests in the core ([`Gate::record_lent`]), so every
-//!   decision under the lock sees them; a full buffer, a due tick, a gate that stopped
-//!   lending or one with more in flight than its limit (the limit backed off) sends the
-//!   release through the lock instead. A release that races the gate closing can leave a
-//!   credit the next locked call takes back; until then one arrival may pass a queue that
-//!   formed a moment before.
+//!   decision under the lock sees them. A drop (an overload signal the limit must act on
+//!   before the next arrival), a full buffer, a due tick, a gate that stopped lending or one
+//!   with more in flight than its limit (the limit backed off) sends the release through the
+//!   lock instead. A release that races the gate closing can leave a credit the next locked
+//!   call takes back; until then one arrival may pass a queue that formed a moment before.
 //! - **No timer task.** Time-driven work (expiring queued requests, the regulator's periodic
 //!   update) is done by whoever calls in after it fell due: every acquire and release checks
 //!   an atomic "next tick" time, and a queued request sleeps until its own deadline, then
@@ -301,7 +301,13 @@ impl Inner {
     fn release(&self, permit: Held, outcome: Option<Outcome>) {
         let now = self.now();
         let permit = match permit {
-            Held::Lent(permit) if self.lending.load(Ordering::Acquire) && !self.tick_due(now) => {
+            // A drop is an overload signal: the limit must hear it before the next arrival
+            // takes a slot lent under the old limit, so it goes through the lock.
+            Held::Lent(permit)
+                if outcome != Some(Outcome::Dropped)
+                    && self.lending.load(Ordering::Acquire)
+                    && !self.tick_due(now) =>
+            {
                 match self.returned.push(Returned {
                     permit,
                     outcome,

@@ -307,3 +307,35 @@ async fn a_limit_that_falls_below_the_requests_in_flight_binds_as_they_end() {
     let permit = gate.acquire(p(1)).now_or_never().expect("decided at once");
     assert!(permit.is_ok(), "the last end makes room for one");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_drop_backs_the_limit_off_before_the_next_arrival() {
+    let mut config = GateConfig {
+        limit: LimitConfig::of(LimitAlgorithm::Aimd),
+        regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
+        queue: QueueConfig {
+            capacity: 0,
+            ..queue(100)
+        },
+    };
+    config.limit.aimd.initial_limit = 4;
+    config.limit.aimd.min_limit = 1;
+    config.limit.aimd.backoff_ratio = 0.5;
+    let gate = SharedGate::new(&config, Duration::from_secs(1));
+    // Two of four slots taken (the first through the lock, which lends the other three; the
+    // second takes one of those without it); two stay lent.
+    let _first = gate.acquire(p(1)).await.expect("admitted");
+    let second = gate.acquire(p(1)).await.expect("admitted");
+    tokio::time::advance(Duration::from_millis(10)).await;
+    second.dropped();
+    // The limit halved to 2, with one still in flight: room for exactly one more, at once
+    // (not after the two slots lent under the old limit have gone too).
+    let mut admitted = Vec::new();
+    for _ in 0..3 {
+        if let Ok(permit) = gate.acquire(p(1)).now_or_never().expect("decided at once") {
+            admitted.push(permit);
+        }
+    }
+    assert_eq!(admitted.len(), 1);
+    assert_eq!(gate.limit(), 2);
+}
