@@ -236,12 +236,14 @@ proptest! {
         seed in any::<u64>(),
         capacity in 0..8usize,
         lifo in any::<bool>(),
+        bound in any::<bool>(),
         ops in prop::collection::vec(op(), 1..300),
     ) {
         let queue = QueueConfig {
             capacity,
             timeout: Nanos::from_millis(80),
             lifo_after: lifo.then_some(Nanos::from_millis(20)),
+            wait_bound: if bound { 2.0 } else { f64::INFINITY },
         };
         let mut gate = gate(choice, seed, queue);
         let mut model = Model::default();

@@ -364,3 +364,64 @@ fn snapshot_reports_state() {
     assert_eq!(snap.oldest_wait, Nanos::from_millis(20));
     assert_eq!(snap.counters.total().arrived, 2);
 }
+
+/// Serves `n` requests back to back through `gate` (whose limit is `width`), `width` at a
+/// time: the first batch in `fastest` ms, the rest in `mean` ms; returns when the last ended.
+fn serve(gate: &mut Gate, width: u32, n: u64, fastest: u64, mean: u64) -> u64 {
+    let mut now = 0;
+    for batch in 0..n {
+        let took = if batch == 0 { fastest } else { mean };
+        let permits: Vec<Permit> = (0..width)
+            .map(|_| admitted(gate.arrive(t(now), p(1, 0))))
+            .collect();
+        now += took;
+        for permit in permits {
+            gate.complete(t(now), permit, Outcome::Success);
+        }
+    }
+    now
+}
+
+#[test]
+fn queueing_is_bounded_by_the_services_own_latency() {
+    // RSocket's servers at one in flight: 2 ms at their fastest, about 9 ms on average. A
+    // request that finds the service full waits for the rest of a service time, more than
+    // twice the fastest answer: it is turned away, not queued.
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let now = serve(&mut gate, 1, 300, 2, 9);
+    let _running = admitted(gate.arrive(t(now), p(1, 0)));
+    assert_eq!(
+        gate.arrive(t(now), p(1, 0)),
+        Arrival::Rejected(RejectReason::QueueFull)
+    );
+    assert_eq!(gate.counters().tiers[1].rejected_queue_full, 1);
+    reconciles(&gate);
+    // Without the bound, it queues.
+    let unbounded = QueueConfig {
+        wait_bound: f64::INFINITY,
+        ..QueueConfig::default()
+    };
+    let mut gate = fixed_gate(1, unbounded);
+    let now = serve(&mut gate, 1, 300, 2, 9);
+    let _running = admitted(gate.arrive(t(now), p(1, 0)));
+    let _waiting = queued(gate.arrive(t(now), p(1, 0)));
+
+    // Kanaloa's service: 24 in flight, 80 ms at the fastest, 120 ms on average; a slot frees
+    // every 5 ms, so twice the fastest answer is 32 entries, more than PIE lets stand.
+    let mut gate = fixed_gate(24, QueueConfig::default());
+    let now = serve(&mut gate, 24, 30, 80, 120);
+    let _running: Vec<Permit> = (0..24)
+        .map(|_| admitted(gate.arrive(t(now), p(1, 0))))
+        .collect();
+    for _ in 0..32 {
+        let _waiting = queued(gate.arrive(t(now), p(1, 0)));
+    }
+    assert_eq!(
+        gate.arrive(t(now), p(2, 0)),
+        Arrival::Rejected(RejectReason::QueueFull)
+    );
+    // Full in time as in entries: a more important arrival displaces the least important.
+    let _urgent = queued(gate.arrive(t(now), p(0, 0)));
+    assert_eq!(gate.queued(), 32);
+    reconciles(&gate);
+}

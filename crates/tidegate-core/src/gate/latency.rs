@@ -1,0 +1,130 @@
+//! The service's latency as the gate sees it, for bounding the gate's own queueing by it.
+//!
+//! A queue in front of a service is worth having when a request waits a small part of what the
+//! service takes anyway. PIE's 15 ms target and a 500 ms queue timeout are small next to a
+//! service that answers in 100 ms or 2 s, and large next to one that answers in 2-20 ms
+//! (RSocket's servers): at a limit of 1, a request that finds the service busy waits for the
+//! one in service to finish, up to 19 ms there, which doubles the tail whatever PIE does. The
+//! gate measures what it needs from the answers it passes: the fastest recent answer (what the
+//! service costs at its lightest) and the mean (what a slot is held for), successes only, as a
+//! refused request answers in microseconds and would fake a fast service.
+
+use crate::time::{Nanos, Time};
+
+/// How long the fastest answer is remembered: the lowest of the current and the last period
+/// of this length, so that a service that got slower is seen within two periods.
+const FASTEST_PERIOD: Nanos = Nanos::from_secs(10);
+
+/// Time constant of the mean: about a second of answers, whatever their rate, so that the
+/// mean spans a whole period of a service that counts its requests per second.
+const MEAN_TIME_CONSTANT: f64 = 1.0;
+
+/// The fastest recent answer and the mean of recent answers.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ServiceLatency {
+    /// Lowest rtt of the current period, and when it began.
+    current: Option<(Time, Nanos)>,
+    /// Lowest rtt of the period before.
+    previous: Option<Nanos>,
+    /// Mean rtt in seconds, and when it was last fed.
+    mean: Option<(Time, f64)>,
+}
+
+impl ServiceLatency {
+    /// A success took `rtt`, finishing at `now`.
+    pub(super) fn record(&mut self, now: Time, rtt: Nanos) {
+        self.current = match self.current {
+            Some((start, lowest)) if now.saturating_since(start) < FASTEST_PERIOD => {
+                Some((start, lowest.min(rtt)))
+            }
+            Some((_, lowest)) => {
+                self.previous = Some(lowest);
+                Some((now, rtt))
+            }
+            None => Some((now, rtt)),
+        };
+        let rtt = rtt.as_secs_f64();
+        self.mean = Some(match self.mean {
+            Some((last, mean)) => {
+                let dt = now.saturating_since(last).as_secs_f64();
+                let weight = 1.0 - (-dt / MEAN_TIME_CONSTANT).exp();
+                (now, mean + weight * (rtt - mean))
+            }
+            None => (now, rtt),
+        });
+    }
+
+    /// The fastest answer of the last one or two periods.
+    pub(super) fn fastest(&self) -> Option<Nanos> {
+        let (_, current) = self.current?;
+        Some(
+            self.previous
+                .map_or(current, |previous| previous.min(current)),
+        )
+    }
+
+    /// The mean answer, in seconds.
+    pub(super) fn mean(&self) -> Option<f64> {
+        self.mean.map(|(_, mean)| mean)
+    }
+
+    /// How long a request queued behind `ahead` others would wait for a slot, by Little's law:
+    /// slots free at `limit / mean` a second. `None` before any answer.
+    pub(super) fn expected_wait(&self, ahead: usize, limit: u32) -> Option<f64> {
+        let mean = self.mean()?;
+        Some((ahead as f64 + 1.0) * mean / f64::from(limit.max(1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Time {
+        Time::ZERO + Nanos::from_millis(ms)
+    }
+
+    #[test]
+    fn the_fastest_answer_is_forgotten_within_two_periods() {
+        let mut latency = ServiceLatency::default();
+        assert_eq!(latency.fastest(), None);
+        latency.record(at(0), Nanos::from_millis(2));
+        latency.record(at(5_000), Nanos::from_millis(9));
+        assert_eq!(latency.fastest(), Some(Nanos::from_millis(2)));
+        // The service got slower: the 2 ms answer is in the previous period, then gone.
+        latency.record(at(10_000), Nanos::from_millis(20));
+        assert_eq!(latency.fastest(), Some(Nanos::from_millis(2)));
+        latency.record(at(20_000), Nanos::from_millis(25));
+        assert_eq!(latency.fastest(), Some(Nanos::from_millis(20)));
+    }
+
+    #[test]
+    fn the_mean_spans_about_a_second_whatever_the_rate() {
+        // 1,000 answers a second at 10 ms, then 5 ms for a second: most of the way there.
+        let mut fast = ServiceLatency::default();
+        for i in 0..1_000 {
+            fast.record(at(i), Nanos::from_millis(10));
+        }
+        for i in 1_000..2_000 {
+            fast.record(at(i), Nanos::from_millis(5));
+        }
+        let fast = fast.mean().expect("fed");
+        // 4 answers a second, the same change.
+        let mut slow = ServiceLatency::default();
+        for i in 0..4 {
+            slow.record(at(i * 250), Nanos::from_millis(10));
+        }
+        for i in 4..8 {
+            slow.record(at(i * 250), Nanos::from_millis(5));
+        }
+        let slow = slow.mean().expect("fed");
+        let expected = 0.005 + 0.005 * (-1.0f64).exp();
+        assert!((fast - expected).abs() < 0.000_1, "{fast} vs {expected}");
+        assert!((slow - expected).abs() < 0.000_1, "{slow} vs {expected}");
+        // Little's law: 3 ahead of a limit of 2 at that mean.
+        let mut latency = ServiceLatency::default();
+        latency.record(at(0), Nanos::from_millis(10));
+        let wait = latency.expected_wait(3, 2).expect("fed");
+        assert!((wait - 0.02).abs() < 1e-12, "{wait}");
+    }
+}
