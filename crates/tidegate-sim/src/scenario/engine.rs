@@ -186,6 +186,13 @@ struct Run<'a> {
     scheduled: u64,
     /// The next open-loop arrival.
     arrival: Due,
+    /// The time of the arrival after it, drawn one arrival ahead: a gap is a chain of a
+    /// logarithm, a division and a rounding, and the loop needs the next arrival's time to
+    /// choose every event; drawn ahead, the chain runs while the events before it are
+    /// handled. The draws are the same, in the same order (the arrivals have their own
+    /// stream), and the sequence number is taken when the arrival becomes the next one, as
+    /// before. `None`: no arrival after the next one before the end.
+    following: Option<Time>,
     /// The timer of the earliest client deadline, while one is armed.
     deadline_timer: Due,
     /// The next end of a second of the series, its number, the number of seconds, and the
@@ -255,6 +262,7 @@ impl<'a> Run<'a> {
             timeline: Timeline::new(),
             scheduled: 0,
             arrival: NOT_PENDING,
+            following: None,
             deadline_timer: NOT_PENDING,
             second_end: NOT_PENDING,
             next_second: 1,
@@ -299,11 +307,9 @@ impl<'a> Run<'a> {
     }
 
     fn schedule_start(&mut self) {
-        if let Some(open) = &self.open
-            && let Some(first) = open.next_after(Time::ZERO, &mut self.rng_arrivals)
-            && first < self.end
-        {
+        if let Some(first) = self.draw_arrival(Time::ZERO) {
             self.arrival = due(first, self.schedule());
+            self.following = self.draw_arrival(first);
         }
         if let Some(workers) = self.scenario.load.workers
             && self.open.is_none()
@@ -325,6 +331,13 @@ impl<'a> Run<'a> {
         self.first_second = self.scheduled + 1;
         self.scheduled += u64::from(self.seconds);
         self.second_end = self.second_due();
+    }
+
+    /// The open-loop arrival after one at `t`, if there is one before the end.
+    fn draw_arrival(&mut self, t: Time) -> Option<Time> {
+        let open = self.open.as_ref()?;
+        open.next_after(t, &mut self.rng_arrivals)
+            .filter(|&next| next < self.end)
     }
 
     /// The end of second `next_second`, if it is one of the series.
@@ -367,11 +380,9 @@ impl<'a> Run<'a> {
             if next == self.arrival {
                 self.arrival = NOT_PENDING;
                 self.new_request(None);
-                if let Some(open) = &self.open
-                    && let Some(next) = open.next_after(at, &mut self.rng_arrivals)
-                    && next < self.end
-                {
+                if let Some(next) = self.following {
                     self.arrival = due(next, self.schedule());
+                    self.following = self.draw_arrival(next);
                 }
                 continue;
             }
