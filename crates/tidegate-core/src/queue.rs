@@ -24,6 +24,7 @@ use crate::time::{Nanos, Time};
 
 const NONE: u32 = u32::MAX;
 const WORDS: usize = RANKS.div_ceil(64);
+const _: () = assert!(WORDS <= 16, "a bit per word of ranks in `nonempty_words`");
 
 /// A handle on a queued entry. Stale handles (the entry already left) are recognised, never
 /// confused with a newer entry in the same slot.
@@ -82,6 +83,9 @@ pub struct PriorityQueue {
     heads: Box<[u32; RANKS]>,
     tails: Box<[u32; RANKS]>,
     nonempty: [u64; WORDS],
+    /// Bit `w` is set while word `w` of `nonempty` is not zero: the first and last ranks are
+    /// found from it without a scan over the words (every pop looks for one).
+    nonempty_words: u16,
     deadlines: Deadlines,
     len: usize,
 }
@@ -158,6 +162,7 @@ impl PriorityQueue {
             heads: Box::new([NONE; RANKS]),
             tails: Box::new([NONE; RANKS]),
             nonempty: [0; WORDS],
+            nonempty_words: 0,
             deadlines: Deadlines::default(),
             len: 0,
         }
@@ -199,6 +204,7 @@ impl PriorityQueue {
             NONE => {
                 self.heads[rank] = index;
                 self.nonempty[rank / 64] |= 1 << (rank % 64);
+                self.nonempty_words |= 1 << (rank / 64);
             }
             tail => self.slots[tail as usize].next = index,
         }
@@ -294,8 +300,11 @@ impl PriorityQueue {
     /// this looks at one entry per non-empty rank.
     pub fn oldest_wait(&self, now: Time) -> Nanos {
         let mut oldest = now;
-        for (word_index, &word) in self.nonempty.iter().enumerate() {
-            let mut bits = word;
+        let mut words = self.nonempty_words;
+        while words != 0 {
+            let word_index = words.trailing_zeros() as usize;
+            words &= words - 1;
+            let mut bits = self.nonempty[word_index];
             while bits != 0 {
                 let rank = word_index * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
@@ -308,20 +317,19 @@ impl PriorityQueue {
     }
 
     fn first_rank(&self) -> Option<usize> {
-        self.nonempty
-            .iter()
-            .enumerate()
-            .find(|(_, w)| **w != 0)
-            .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
+        let words = self.nonempty_words;
+        (words != 0).then(|| {
+            let i = words.trailing_zeros() as usize;
+            i * 64 + self.nonempty[i].trailing_zeros() as usize
+        })
     }
 
     fn last_rank(&self) -> Option<usize> {
-        self.nonempty
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(_, w)| **w != 0)
-            .map(|(i, w)| i * 64 + 63 - w.leading_zeros() as usize)
+        let words = self.nonempty_words;
+        (words != 0).then(|| {
+            let i = 15 - words.leading_zeros() as usize;
+            i * 64 + 63 - self.nonempty[i].leading_zeros() as usize
+        })
     }
 
     /// Unlinks the occupied slot `index` and frees it.
@@ -349,6 +357,9 @@ impl PriorityQueue {
         }
         if self.heads[rank] == NONE {
             self.nonempty[rank / 64] &= !(1 << (rank % 64));
+            if self.nonempty[rank / 64] == 0 {
+                self.nonempty_words &= !(1 << (rank / 64));
+            }
         }
         self.len -= 1;
         Some((ticket, entry))
@@ -520,6 +531,56 @@ mod tests {
             .copied()
             .min_by_key(|&(t, d)| (d, t.slot()))?;
         (deadline <= now).then_some(ticket)
+    }
+
+    /// The most and least important ranks waiting, and the oldest wait, follow a model through
+    /// random pushes over all 768 ranks, pops from both ends and removals.
+    #[test]
+    fn first_and_last_ranks_follow_a_model_over_all_ranks() {
+        let mut rng = crate::rng::Rng::seed(5);
+        let mut q = PriorityQueue::new();
+        let mut waiting: Vec<(Ticket, u16, u64)> = Vec::new();
+        for step in 0..20_000u64 {
+            match rng.range_inclusive(0, 5) {
+                0..=2 => {
+                    // Mostly a few ranks in a few words, sometimes any rank.
+                    let (tier, cohort) = if rng.chance(0.2) {
+                        (rng.range_inclusive(0, 5), rng.range_inclusive(0, 127))
+                    } else {
+                        (
+                            2 * rng.range_inclusive(0, 2),
+                            64 * rng.range_inclusive(0, 1),
+                        )
+                    };
+                    let e = entry(tier as u32, cohort as u32, step, step + 1_000);
+                    let rank = e.priority.rank();
+                    waiting.push((q.push(e), rank, step));
+                }
+                3 => {
+                    if let Some((ticket, _)) = q.pop(Order::Fifo) {
+                        waiting.retain(|(t, ..)| *t != ticket);
+                    }
+                }
+                4 => {
+                    if let Some((ticket, _)) = q.pop_least_important() {
+                        waiting.retain(|(t, ..)| *t != ticket);
+                    }
+                }
+                _ if !waiting.is_empty() => {
+                    let i = rng.range_inclusive(0, waiting.len() as i64 - 1) as usize;
+                    let (ticket, ..) = waiting.swap_remove(i);
+                    assert!(q.remove(ticket).is_some());
+                }
+                _ => {}
+            }
+            let ranks = || waiting.iter().map(|&(_, r, _)| r);
+            let rank_of = |p: Option<Priority>| p.map(|p| p.rank());
+            assert_eq!(rank_of(q.most_important()), ranks().min(), "step {step}");
+            assert_eq!(rank_of(q.least_important()), ranks().max(), "step {step}");
+            let oldest = waiting.iter().map(|&(.., at)| at).min().unwrap_or(step + 1);
+            let now = Time::from_nanos(step + 1);
+            assert_eq!(q.oldest_wait(now), now - Time::from_nanos(oldest));
+        }
     }
 
     #[test]

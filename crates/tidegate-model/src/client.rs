@@ -201,12 +201,7 @@ impl LoadConfig {
     pub fn schedule(&self, point: Option<f64>) -> RateSchedule {
         if let Some(rate) = point.or(self.rate.map(NonNegative::get)) {
             return RateSchedule {
-                segments: vec![Segment {
-                    start: 0,
-                    end: u64::MAX,
-                    from: rate,
-                    to: rate,
-                }],
+                segments: vec![Segment::new(0, u64::MAX, rate, rate)],
             };
         }
         let mut segments = Vec::with_capacity(self.phases.len() + 1);
@@ -214,23 +209,18 @@ impl LoadConfig {
         for phase in &self.phases {
             let end = start.saturating_add(phase.duration.as_nanos());
             let from = phase.rate.get();
-            segments.push(Segment {
+            segments.push(Segment::new(
                 start,
                 end,
                 from,
-                to: phase.to.map_or(from, NonNegative::get),
-            });
+                phase.to.map_or(from, NonNegative::get),
+            ));
             start = end;
         }
         // The last phase lasts to the end of the run, at its final rate.
         if let Some(last) = segments.last() {
             let rate = last.to;
-            segments.push(Segment {
-                start,
-                end: u64::MAX,
-                from: rate,
-                to: rate,
-            });
+            segments.push(Segment::new(start, u64::MAX, rate, rate));
         }
         RateSchedule { segments }
     }
@@ -250,6 +240,30 @@ struct Segment {
     end: u64,
     from: f64,
     to: f64,
+    /// The length in seconds and the slope of the rate per second, of a segment that ends;
+    /// computed once here rather than on every arrival (two divisions in the chain of each
+    /// gap), with the same operations, so to the same bits.
+    span: f64,
+    slope: f64,
+}
+
+impl Segment {
+    fn new(start: u64, end: u64, from: f64, to: f64) -> Segment {
+        let (span, slope) = if end == u64::MAX {
+            (f64::INFINITY, 0.0)
+        } else {
+            let span = (end - start) as f64 / 1e9;
+            (span, (to - from) / span)
+        };
+        Segment {
+            start,
+            end,
+            from,
+            to,
+            span,
+            slope,
+        }
+    }
 }
 
 /// Requests per second over time.
@@ -280,18 +294,16 @@ impl RateSchedule {
             let from_ns = t.max(s.start);
             // Within the segment, in seconds from its start: rate(x) = from + slope * x.
             let x0 = (from_ns - s.start) as f64 / 1e9;
-            let (rate0, slope) = if s.end == u64::MAX {
-                (s.from, 0.0)
+            let slope = s.slope;
+            let (rate0, remaining) = if s.end == u64::MAX {
+                (s.from, f64::INFINITY)
             } else {
-                let span = (s.end - s.start) as f64 / 1e9;
-                let slope = (s.to - s.from) / span;
-                (s.from + slope * x0, slope)
-            };
-            let remaining = if s.end == u64::MAX {
-                f64::INFINITY
-            } else {
-                let x1 = (s.end - s.start) as f64 / 1e9;
-                rate0 * (x1 - x0) + slope / 2.0 * (x1 - x0) * (x1 - x0)
+                let rate0 = s.from + slope * x0;
+                let x1 = s.span;
+                (
+                    rate0,
+                    rate0 * (x1 - x0) + slope / 2.0 * (x1 - x0) * (x1 - x0),
+                )
             };
             if mass <= remaining {
                 // Solve rate0 * d + slope / 2 * d^2 = mass for the step d >= 0.

@@ -322,7 +322,7 @@ impl Instance {
                 pool.workers = workers.get();
             }
             if let Some(work) = change.work {
-                pool.work = work;
+                pool.work_secs = work.as_secs_f64();
             }
         }
     }
@@ -348,7 +348,9 @@ impl Instance {
 #[derive(Clone, Debug)]
 pub struct Pool {
     workers: u32,
-    work: Nanos,
+    /// The work time in seconds, as [`Nanos::mul_f64`] would convert it on every start: the
+    /// division is done once (every request's completion time waits on it).
+    work_secs: f64,
     queue: Option<usize>,
     optimal: u32,
     contention: f64,
@@ -360,7 +362,7 @@ impl Pool {
     pub fn new(config: &PoolConfig) -> Pool {
         Pool {
             workers: config.workers.get(),
-            work: config.work,
+            work_secs: config.work.as_secs_f64(),
             queue: config.queue.map(|q| q as usize),
             optimal: config.optimal.unwrap_or(config.workers.get()),
             contention: config.contention.get(),
@@ -404,7 +406,8 @@ impl Pool {
         let held = self.busy + self.waiting.len() as u32;
         let excess = held.saturating_sub(self.optimal);
         let slowdown = 1.0 + self.contention * f64::from(excess);
-        self.work.mul_f64(factor * slowdown)
+        // `Nanos::mul_f64`, with the work time's conversion done once.
+        Nanos::from_secs_f64(self.work_secs * (factor * slowdown))
     }
 }
 

@@ -1,24 +1,32 @@
 //! A log-linear histogram of nanosecond values, HDR-style.
 //!
 //! Why: a simulation of 600 s at 200,000 messages per second records 120 million latencies;
-//! keeping them to sort would cost a gigabyte. This histogram has a fixed size (56,320
-//! counters, 440 KiB) whatever the number of samples, records in a few instructions, and
+//! keeping them to sort would cost a gigabyte. This histogram has a bounded size (at most
+//! 56,320 counters, 440 KiB) whatever the number of samples, records in a few instructions, and
 //! answers quantiles within 0.05% of the true value: values below 2,048 ns are exact, and
 //! above that each power of two is split into 1,024 equal buckets, so a bucket is never wider
 //! than 1/1,024 of its values and its midpoint is within 1/2,048. The mean, minimum and maximum
 //! are exact.
+//!
+//! The counters are allocated up to the highest bucket recorded, and a quantile or a sum walks
+//! only the buckets from the minimum's to the maximum's (the others are zero): a short run of
+//! the scenario engine makes a handful of histograms and reads a few quantiles of each, and
+//! zeroing and walking 440 KiB for each was a fixed cost of every run (4% of the instructions
+//! of an 8 ms run, and its page faults).
 
 /// Values below `1 << SUB_BITS` are counted exactly.
 const SUB_BITS: u32 = 11;
 const SUB: u64 = 1 << SUB_BITS;
 const HALF: u64 = SUB / 2;
 /// One exact range, then 1,024 buckets for each power of two from 2^11 to 2^63.
+#[cfg(test)]
 const BUCKETS: usize = (SUB + (64 - SUB_BITS as u64) * HALF) as usize;
 
 /// Counts of nanosecond values; see the module documentation.
 #[derive(Clone)]
 pub struct Histogram {
-    counts: Box<[u64]>,
+    /// Up to the highest bucket recorded (empty when nothing is).
+    counts: Vec<u64>,
     total: u64,
     sum: u128,
     min: u64,
@@ -68,7 +76,7 @@ fn bucket(i: usize) -> (u64, u64) {
 impl Histogram {
     pub fn new() -> Histogram {
         Histogram {
-            counts: vec![0; BUCKETS].into_boxed_slice(),
+            counts: Vec::new(),
             total: 0,
             sum: 0,
             min: u64::MAX,
@@ -78,7 +86,11 @@ impl Histogram {
 
     #[inline]
     pub fn record(&mut self, value: u64) {
-        self.counts[index(value)] += 1;
+        let i = index(value);
+        if i >= self.counts.len() {
+            self.grow(i);
+        }
+        self.counts[i] += 1;
         self.total += 1;
         self.sum += u128::from(value);
         self.min = self.min.min(value);
@@ -88,14 +100,27 @@ impl Histogram {
     /// Adds `other`'s values, as if each had been recorded here too (the same counts,
     /// mean, minimum and maximum).
     pub fn add(&mut self, other: &Histogram) {
-        self.counts
+        if other.total == 0 {
+            return;
+        }
+        let (low, high) = (index(other.min), other.counts.len() - 1);
+        if high >= self.counts.len() {
+            self.grow(high);
+        }
+        self.counts[low..=high]
             .iter_mut()
-            .zip(&other.counts)
+            .zip(&other.counts[low..=high])
             .for_each(|(count, other)| *count += other);
         self.total += other.total;
         self.sum += other.sum;
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
+    }
+
+    /// Makes room for the counter of bucket `i` (and those below it).
+    #[cold]
+    fn grow(&mut self, i: usize) {
+        self.counts.resize(i + 1, 0);
     }
 
     pub fn count(&self) -> u64 {
@@ -123,8 +148,10 @@ impl Histogram {
             return None;
         }
         let rank = ((q.clamp(0.0, 1.0) * self.total as f64).ceil() as u64).clamp(1, self.total);
+        // The buckets below the minimum's are zero, and the counters end at the maximum's.
+        let low = index(self.min);
         let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
+        for (i, &c) in self.counts.iter().enumerate().skip(low) {
             seen += c;
             if seen >= rank {
                 let (low, width) = bucket(i);
@@ -189,6 +216,32 @@ mod tests {
         }
         assert_eq!(h.max(), Some(100_000_000));
         assert_eq!(h.mean(), Some(50_000_500));
+    }
+
+    /// The quantile is the midpoint of the bucket of the sample of rank `ceil(q * count)`,
+    /// within the minimum and maximum: the walk from the minimum's bucket finds the same one
+    /// as sorting the values.
+    #[test]
+    fn quantiles_are_the_bucket_of_the_sample_of_their_rank() {
+        let mut x = 99u64;
+        for round in 0..20u64 {
+            let mut h = Histogram::new();
+            let mut values = Vec::new();
+            for _ in 0..(1 + round * 37) {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let value = 1_000 + (x >> 33) % (1 << (10 + round));
+                h.record(value);
+                values.push(value);
+            }
+            values.sort_unstable();
+            let n = values.len() as f64;
+            for q in [0.0, 0.01, 0.5, 0.9, 0.99, 0.999, 1.0] {
+                let rank = ((q * n).ceil() as usize).clamp(1, values.len());
+                let (low, width) = bucket(index(values[rank - 1]));
+                let mid = (low + (width - 1) / 2).clamp(values[0], values[values.len() - 1]);
+                assert_eq!(h.quantile(q), Some(mid), "round {round}, q {q}");
+            }
+        }
     }
 
     #[test]

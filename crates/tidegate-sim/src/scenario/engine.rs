@@ -186,6 +186,13 @@ struct Run<'a> {
     scheduled: u64,
     /// The next open-loop arrival.
     arrival: Due,
+    /// The time of the arrival after it, drawn one arrival ahead: a gap is a chain of a
+    /// logarithm, a division and a rounding, and the loop needs the next arrival's time to
+    /// choose every event; drawn ahead, the chain runs while the events before it are
+    /// handled. The draws are the same, in the same order (the arrivals have their own
+    /// stream), and the sequence number is taken when the arrival becomes the next one, as
+    /// before. `None`: no arrival after the next one before the end.
+    following: Option<Time>,
     /// The timer of the earliest client deadline, while one is armed.
     deadline_timer: Due,
     /// The next end of a second of the series, its number, the number of seconds, and the
@@ -214,7 +221,10 @@ struct Run<'a> {
     round_robin: usize,
     /// Requests sent and not yet ended.
     outstanding: u64,
-    whole: Tally,
+    /// The requests sent during the warm-up and after it; the whole run's are both, added up
+    /// once at the end (rather than counting each request a second time, in a whole-run
+    /// tally beside the steady state's).
+    warmup_tally: Tally,
     steady: Tally,
     second: Second,
     second_latencies: Vec<u64>,
@@ -252,6 +262,7 @@ impl<'a> Run<'a> {
             timeline: Timeline::new(),
             scheduled: 0,
             arrival: NOT_PENDING,
+            following: None,
             deadline_timer: NOT_PENDING,
             second_end: NOT_PENDING,
             next_second: 1,
@@ -274,7 +285,7 @@ impl<'a> Run<'a> {
             rng_work: stream(scenario.seed, WORK),
             round_robin: 0,
             outstanding: 0,
-            whole: Tally::default(),
+            warmup_tally: Tally::default(),
             steady: Tally::default(),
             second: Second::default(),
             second_latencies: Vec::new(),
@@ -296,11 +307,9 @@ impl<'a> Run<'a> {
     }
 
     fn schedule_start(&mut self) {
-        if let Some(open) = &self.open
-            && let Some(first) = open.next_after(Time::ZERO, &mut self.rng_arrivals)
-            && first < self.end
-        {
+        if let Some(first) = self.draw_arrival(Time::ZERO) {
             self.arrival = due(first, self.schedule());
+            self.following = self.draw_arrival(first);
         }
         if let Some(workers) = self.scenario.load.workers
             && self.open.is_none()
@@ -322,6 +331,13 @@ impl<'a> Run<'a> {
         self.first_second = self.scheduled + 1;
         self.scheduled += u64::from(self.seconds);
         self.second_end = self.second_due();
+    }
+
+    /// The open-loop arrival after one at `t`, if there is one before the end.
+    fn draw_arrival(&mut self, t: Time) -> Option<Time> {
+        let open = self.open.as_ref()?;
+        open.next_after(t, &mut self.rng_arrivals)
+            .filter(|&next| next < self.end)
     }
 
     /// The end of second `next_second`, if it is one of the series.
@@ -364,11 +380,9 @@ impl<'a> Run<'a> {
             if next == self.arrival {
                 self.arrival = NOT_PENDING;
                 self.new_request(None);
-                if let Some(open) = &self.open
-                    && let Some(next) = open.next_after(at, &mut self.rng_arrivals)
-                    && next < self.end
-                {
+                if let Some(next) = self.following {
                     self.arrival = due(next, self.schedule());
+                    self.following = self.draw_arrival(next);
                 }
                 continue;
             }
@@ -418,9 +432,10 @@ impl<'a> Run<'a> {
         let factor = self.scenario.service.draw_factor(&mut self.rng_work);
         let steady = now >= self.warmup;
         let tier = priority.tier();
-        self.whole.offer(tier);
         if steady {
             self.steady.offer(tier);
+        } else {
+            self.warmup_tally.offer(tier);
         }
         self.second.offered += 1;
         if let Some(cap) = self.scenario.load.connections
@@ -626,9 +641,10 @@ impl<'a> Run<'a> {
     }
 
     fn count(&mut self, tier: u8, steady: bool, ending: Ending) {
-        self.whole.end(tier, ending);
         if steady {
             self.steady.end(tier, ending);
+        } else {
+            self.warmup_tally.end(tier, ending);
         }
         match ending {
             Ending::Ok(latency) => {
@@ -775,8 +791,7 @@ impl<'a> Run<'a> {
         let mut second = std::mem::take(&mut self.second);
         second.second = s;
         let latencies = &mut self.second_latencies;
-        second.p50_ms = quantile_ms(latencies, 0.5);
-        second.p99_ms = quantile_ms(latencies, 0.99);
+        (second.p50_ms, second.p99_ms) = median_and_p99_ms(latencies);
         latencies.clear();
         second.inflight = self.instances.iter().map(Instance::in_service).sum();
         match &self.front {
@@ -810,7 +825,9 @@ impl<'a> Run<'a> {
                 .collect();
             (!limits.is_empty()).then(|| limits.iter().sum::<f64>() / limits.len() as f64)
         };
-        let whole = self.whole.summary(total, mean_limit(0.0));
+        let mut whole = self.warmup_tally;
+        whole.add(&self.steady);
+        let whole = whole.summary(total, mean_limit(0.0));
         let steady = self.steady.summary(steady_secs, mean_limit(warmup_s));
         let settle_s = self
             .scenario
@@ -866,13 +883,32 @@ fn settle_time(series: &[Second], from: f64, settled: f64) -> Option<f64> {
     first
 }
 
-fn quantile_ms(values: &mut [u64], q: f64) -> Option<f64> {
+/// The index in sorted order of the `q`-quantile of `n` values: the sample of rank
+/// `ceil(q * n)`.
+fn quantile_index(n: usize, q: f64) -> usize {
+    ((q * n as f64).ceil() as usize).clamp(1, n) - 1
+}
+
+/// The median and the 99th percentile of `values` (nanoseconds), in milliseconds rounded to
+/// the microsecond; `None` when there are none. The 99th percentile's sample is at or past the
+/// median's in sorted order, so it is selected among the values the median's selection left
+/// after it (each sample, as a value, is the same whatever the order of equal values).
+fn median_and_p99_ms(values: &mut [u64]) -> (Option<f64>, Option<f64>) {
     if values.is_empty() {
-        return None;
+        return (None, None);
     }
-    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
-    let (_, v, _) = values.select_nth_unstable(rank);
-    Some((*v as f64 / 1e3).round() / 1e3)
+    let ms = |v: u64| Some((v as f64 / 1e3).round() / 1e3);
+    let (median, p99) = (
+        quantile_index(values.len(), 0.5),
+        quantile_index(values.len(), 0.99),
+    );
+    let (_, &mut at_median, after) = values.select_nth_unstable(median);
+    let at_p99 = if p99 == median {
+        at_median
+    } else {
+        *after.select_nth_unstable(p99 - median - 1).1
+    };
+    (ms(at_median), ms(at_p99))
 }
 
 #[cfg(test)]

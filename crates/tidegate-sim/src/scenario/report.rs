@@ -128,18 +128,33 @@ impl Tally {
         self.tiers[usize::from(tier)].end(ending);
     }
 
+    /// Adds `other`'s counts, tier by tier, as if its requests had been counted here too.
+    pub(crate) fn add(&mut self, other: &Tally) {
+        self.tiers
+            .iter_mut()
+            .zip(&other.tiers)
+            .for_each(|(count, other)| count.add(other));
+    }
+
     pub(crate) fn summary(&self, seconds: f64, limit: Option<f64>) -> Summary {
-        let tiers = self
+        let tiers: BTreeMap<String, Figures> = self
             .tiers
             .iter()
             .enumerate()
             .filter(|(_, c)| c.offered > 0)
             .map(|(tier, c)| (tier.to_string(), c.figures(seconds)))
             .collect();
-        let mut total = Count::default();
-        self.tiers.iter().for_each(|c| total.add(c));
+        // A tier without offers has nothing counted, so traffic of one tier is the total.
+        let figures = match tiers.values().collect::<Vec<_>>()[..] {
+            [only] => only.clone(),
+            _ => {
+                let mut total = Count::default();
+                self.tiers.iter().for_each(|c| total.add(c));
+                total.figures(seconds)
+            }
+        };
         Summary {
-            figures: total.figures(seconds),
+            figures,
             limit: limit.map(round3),
             tiers,
         }
@@ -352,5 +367,34 @@ fn csv_text(s: &str) -> String {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The total of a span is the sum of its tiers, whether one tier has traffic (its figures
+    /// are taken as they are) or several (added up).
+    #[test]
+    fn the_total_is_the_sum_of_the_tiers() {
+        for tiers in [&[3u8][..], &[0, 3, 5]] {
+            let mut tally = Tally::default();
+            for i in 0..1_000u64 {
+                let tier = tiers[i as usize % tiers.len()];
+                tally.offer(tier);
+                let ending = match i % 7 {
+                    0 => Ending::Shed,
+                    1 => Ending::TimedOut,
+                    _ => Ending::Ok(Nanos::from_micros(100 + i * i % 9_000)),
+                };
+                tally.end(tier, ending);
+            }
+            let mut total = Count::default();
+            tally.tiers.iter().for_each(|c| total.add(c));
+            let summary = tally.summary(10.0, None);
+            assert_eq!(summary.figures, total.figures(10.0), "tiers {tiers:?}");
+            assert_eq!(summary.tiers.len(), tiers.len());
+        }
     }
 }

@@ -235,3 +235,25 @@ fn settling_is_measured_from_the_overload_start() {
     assert_eq!(settle_time(&series, 1.0, 20.0), Some(4.0));
     assert_eq!(settle_time(&series, 1.0, 100.0), None);
 }
+
+/// The median and the 99th percentile of a second are the samples of rank `ceil(q * n)` in
+/// sorted order, equal values and tiny seconds included.
+#[test]
+fn a_seconds_quantiles_are_those_of_the_sorted_latencies() {
+    let mut rng = Rng::seed(11);
+    for n in (1..40).chain([99, 100, 101, 250, 1_000]) {
+        let mut values: Vec<u64> = (0..n)
+            .map(|_| {
+                rng.range_inclusive(0, 50) as u64 * 1_000_000 + rng.range_inclusive(0, 3) as u64
+            })
+            .collect();
+        let mut sorted = values.clone();
+        sorted.sort_unstable();
+        let ms = |q: f64| {
+            let v = sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
+            Some((v as f64 / 1e3).round() / 1e3)
+        };
+        assert_eq!(median_and_p99_ms(&mut values), (ms(0.5), ms(0.99)), "n {n}");
+    }
+    assert_eq!(median_and_p99_ms(&mut []), (None, None));
+}
