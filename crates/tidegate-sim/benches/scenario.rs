@@ -5,8 +5,8 @@
 //! `tidegate default` arm of `kanaloa-positive` (the full 180 s) and of `cinnamon-tiers` at
 //! 4,000 rps (the full 300 s), each on one thread, and reports its events per second as the
 //! throughput (`thrpt`, in Melem/s: millions of events per second); then it times every seed
-//! scenario in full, all arms and load points on the available cores, and prints the
-//! wall-clock time and the engine's events per second. Under `cargo test --bench scenario`
+//! scenario in full, all arms and load points, on one thread and then on the available cores,
+//! and prints the wall-clock time and the engine's events per second, per file and over all. Under `cargo test --bench scenario`
 //! it runs each measurement once, on scenarios shortened to 5 s, as a smoke test.
 //!
 //! An event is one the engine takes from its timeline and handles: an arrival, a completion
@@ -77,20 +77,34 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .collect();
     files.sort();
-    println!("\nwhole scenarios, all arms, {jobs} threads:");
-    for path in files {
-        let scenario = shorten(Scenario::load(&path).expect("a seed scenario"));
-        let start = Instant::now();
-        let report = run_all(&scenario, jobs);
-        let wall = start.elapsed().as_secs_f64();
-        let events: u64 = report.arms.iter().map(|a| a.events).sum();
+    // On one thread, then on all: one thread gives the engine's own rate over every seed
+    // scenario (each arm's run as the user's command makes it), all of them the wall-clock time.
+    for threads in [1, jobs] {
+        println!("\nwhole scenarios, all arms, {threads} thread(s):");
+        let (mut all_events, mut all_wall) = (0u64, 0.0);
+        for path in &files {
+            let scenario = shorten(Scenario::load(path).expect("a seed scenario"));
+            let start = Instant::now();
+            let report = run_all(&scenario, threads);
+            let wall = start.elapsed().as_secs_f64();
+            let events: u64 = report.arms.iter().map(|a| a.events).sum();
+            all_events += events;
+            all_wall += wall;
+            println!(
+                "{:<20} {:>3} runs {:>12} events {:>7.2} s  {:>6.1} M events/s",
+                scenario.name,
+                report.arms.len(),
+                events,
+                wall,
+                events as f64 / wall / 1e6
+            );
+        }
         println!(
-            "{:<20} {:>3} runs {:>12} events {:>7.2} s  {:>6.1} M events/s",
-            scenario.name,
-            report.arms.len(),
-            events,
-            wall,
-            events as f64 / wall / 1e6
+            "{:<29} {:>12} events {:>7.2} s  {:>6.1} M events/s",
+            "every seed scenario",
+            all_events,
+            all_wall,
+            all_events as f64 / all_wall / 1e6
         );
     }
 }
