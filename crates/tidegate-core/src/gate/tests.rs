@@ -425,3 +425,30 @@ fn queueing_is_bounded_by_the_services_own_latency() {
     assert_eq!(gate.queued(), 32);
     reconciles(&gate);
 }
+
+#[test]
+fn a_wait_under_a_millisecond_is_always_worth_queueing() {
+    // A fast upstream behind a busy proxy: 50 us at the fastest, 300 us on average, 34 in
+    // flight, for 3 s. Twice the fastest answer is 100 us, but 16 more waiting cost 150 us
+    // each at most: under the floor, so they queue rather than being turned away.
+    let us = |n: u64| Time::ZERO + Nanos::from_micros(n);
+    let mut gate = fixed_gate(34, QueueConfig::default());
+    let mut now = 0;
+    for batch in 0..10_000 {
+        let permits: Vec<Permit> = (0..34)
+            .map(|_| admitted(gate.arrive(us(now), p(1, 0))))
+            .collect();
+        now += if batch == 0 { 50 } else { 300 };
+        for permit in permits {
+            gate.complete(us(now), permit, Outcome::Success);
+        }
+    }
+    let _running: Vec<Permit> = (0..34)
+        .map(|_| admitted(gate.arrive(us(now), p(1, 0))))
+        .collect();
+    for _ in 0..16 {
+        let _waiting = queued(gate.arrive(us(now), p(1, 0)));
+    }
+    assert_eq!(gate.queued(), 16);
+    reconciles(&gate);
+}
