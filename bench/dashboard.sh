@@ -22,8 +22,7 @@ pids=()
 poller=""
 cleanup() {
     [[ -n "$poller" ]] && kill "$poller" 2>/dev/null
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    stop_started
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -31,12 +30,7 @@ trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
 
-need=()
-command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
-command -v wrk >/dev/null || need+=(wrk)
-command -v curl >/dev/null || need+=(curl)
-apt_install "${need[@]}"
-export PATH="$PATH:/usr/sbin"
+install_tools nginx wrk curl
 
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
 tidegate="$root/target/release/tidegate"

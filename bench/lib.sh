@@ -10,6 +10,27 @@ apt_install() {
     "${sudo_cmd[@]}" apt-get install -y -qq "$@" >/dev/null
 }
 
+# install_tools TOOL...: installs from Debian's packages whichever of the named tools is
+# missing (nginx as nginx-light; the others under their own names), and puts /usr/sbin, where
+# nginx and haproxy live, on PATH.
+install_tools() {
+    local need=() tool
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] ||
+            need+=("$([[ $tool == nginx ]] && echo nginx-light || echo "$tool")")
+    done
+    apt_install "${need[@]}"
+    export PATH="$PATH:/usr/sbin"
+}
+
+# stop_started: kills the processes whose ids the calling script put in its array `pids`, and
+# waits for them (for its EXIT trap).
+stop_started() {
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+
 # place_cpus: sets proxy_cpu (the last core alone, for the process under test) and rest_cpu
 # (the other cores, for the origin and the load), as command prefixes; both empty on one core.
 place_cpus() {

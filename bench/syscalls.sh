@@ -17,8 +17,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-syscalls.XXXXXX")"
 pids=()
 cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    stop_started
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -26,12 +25,7 @@ trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
 
-need=()
-command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
-command -v wrk >/dev/null || need+=(wrk)
-command -v strace >/dev/null || need+=(strace)
-apt_install "${need[@]}"
-export PATH="$PATH:/usr/sbin"
+install_tools nginx wrk strace
 
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
 
