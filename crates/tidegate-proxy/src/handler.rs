@@ -383,6 +383,17 @@ impl Completion {
         }
     }
 
+    /// The upstream failed with `kind`: counted, and a failure for its health (a probe's
+    /// verdict, once).
+    fn upstream_failed(&mut self, kind: ErrorKind) {
+        let upstream = self.upstream();
+        upstream.metrics.error(kind);
+        upstream
+            .health
+            .failure(self.pick.probe, self.shared.now(), &upstream.metrics);
+        self.pick.probe = false;
+    }
+
     /// The upstream's answer to a request whose client went away at `client_left` (see the
     /// module docs). The answer's body is not read: the connection closes.
     fn late(mut self, answer: Result<(Response<Incoming>, Lent), ErrorKind>) {
@@ -398,12 +409,7 @@ impl Completion {
             }
             // Too slow, or unreachable: the upstream's failure whoever waits.
             Err(kind @ (ErrorKind::Timeout | ErrorKind::Connect)) => {
-                let upstream = self.upstream();
-                upstream.metrics.error(kind);
-                upstream
-                    .health
-                    .failure(self.pick.probe, self.shared.now(), &upstream.metrics);
-                self.pick.probe = false;
+                self.upstream_failed(kind);
                 Outcome::Dropped
             }
             // A reset or a broken exchange may be the upstream's reaction to the request body
@@ -415,19 +421,13 @@ impl Completion {
 
     /// The upstream failed: 502 (504 for a timeout), a dropped sample, a failure for its
     /// health.
-    fn fail(self, kind: ErrorKind) -> Response<ResponseBody> {
-        let upstream = self.upstream();
-        upstream.metrics.error(kind);
-        upstream
-            .health
-            .failure(self.pick.probe, self.shared.now(), &upstream.metrics);
+    fn fail(mut self, kind: ErrorKind) -> Response<ResponseBody> {
+        self.upstream_failed(kind);
         let status = match kind {
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             _ => StatusCode::BAD_GATEWAY,
         };
-        let mut completion = self;
-        completion.pick.probe = false;
-        completion.finish(Class::Dropped, Some(Outcome::Dropped));
+        self.finish(Class::Dropped, Some(Outcome::Dropped));
         let mut response = empty(status);
         response.headers_mut().insert(
             ERROR_HEADER_NAME.clone(),
