@@ -148,8 +148,8 @@ impl RegulatorConfig {
 /// default, and why", has the table and the commands): on Kanaloa's service at 125% it keeps
 /// 99% of the capacity as goodput at p99 229 ms, settled 7 s after the overload starts; in
 /// Cinnamon's experiment at 2.3x and 3x it keeps 98.5% while serving no tier 5 and keeping
-/// tier 1's P50 within 1.17x of unloaded; in the capacity demo it reaches 3.26-3.43 ok/s of
-/// an ideal 3.5; in front of RSocket's 2-20 ms servers it accepts 342 a second at p99 19.1
+/// tier 1's P50 within 1.17x of unloaded; in the capacity demo it reaches 3.34-3.44 ok/s of
+/// an ideal 3.5; in front of RSocket's 2-20 ms servers it accepts 339 a second at p99 18.9
 /// ms, more than a lease of 100 at its latency, because the queue's wait is bounded by the
 /// service's own latency ([`QueueConfig::wait_bound`]). No other pairing not told the
 /// capacity does as well across them: PID costs Kanaloa's p99 (537 ms), CoDel expires

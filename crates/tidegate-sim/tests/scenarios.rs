@@ -223,8 +223,9 @@ fn cinnamon_default_protects_tier_one_first_above_capacity() {
 
 /// The capacity demo's bad release (1 s -> 2 s of work) with the capacity learnt, not known:
 /// the default beats the demo's adaptive quota (2.4-2.7 ok/s) and its AIMD arm here, and
-/// meets the target of 3.3 ok/s at p99 under 2.5 s at full length with the file's seed
-/// (3.26-3.37 over seeds 1-5; see docs/algorithms.md, "The default, and why"). Full length:
+/// meets the target of 3.3 ok/s at p99 under 2.5 s at full length with the file's seed and
+/// with seed 5, which gave 3.26 while a level that failed its trial was retried after 20
+/// windows (3.34-3.40 over seeds 1-5; see docs/algorithms.md, "The default, and why"). Full length:
 /// shortened, the 2-s work does not shrink and the re-learning after the change, one
 /// judged request at a time below 10, takes most of the steady state (2.9 ok/s at 150 s).
 #[test]
@@ -238,6 +239,13 @@ fn capacity_adaptive_default_beats_the_demos_adaptive_quota() {
         "{default:?} vs {demo:?}"
     );
     assert!(default.p99_ms.unwrap() < 2_500.0, "{default:?}");
+    let mut scenario = load("capacity-adaptive");
+    scenario.arms.retain(|a| a.name == "tidegate default");
+    scenario.seed = 5;
+    let report = run_all(&scenario, 1);
+    let default = steady(&report, "tidegate default", 5.0);
+    assert!(default.goodput_rps >= 3.3, "seed 5: {default:?}");
+    assert!(default.p99_ms.unwrap() < 2_500.0, "seed 5: {default:?}");
 }
 
 /// 2 s of work from the start: the target of 3.3 ok/s at p99 under 2.5 s holds at full
@@ -276,8 +284,10 @@ fn rsocket_static_leases_trade_acceptance_for_latency() {
 
 /// RSocket's servers answer in 2-20 ms by their requests per second: the default beats the
 /// lease of 100 (300 accepted at p99 19 ms) with no capacity given, by a limit of about 1
-/// per server and no queueing that the service's own latency does not cover (342 ok/s at
-/// p99 19.1 ms; before the wait bound, 354 at 515 ms).
+/// per server and no queueing that the service's own latency does not cover (339 ok/s at
+/// p99 18.9 ms; retrying 2 per server after 20 windows rather than 80, 342 at 19.1; before
+/// the wait bound, 354 at 515 ms). Under the published 19 ms, not only under the target's
+/// 20: a real request pays about half a millisecond more (docs/lab.md).
 #[test]
 fn rsocket_default_beats_the_lease_of_100_at_its_latency() {
     let mut scenario = load("rsocket-leases");
@@ -285,7 +295,7 @@ fn rsocket_default_beats_the_lease_of_100_at_its_latency() {
     let report = run_all(&scenario, 1);
     let default = steady(&report, "tidegate default", 1000.0);
     assert!(default.goodput_rps > 300.0, "{default:?}");
-    assert!(default.p99_ms.unwrap() <= 20.0, "{default:?}");
+    assert!(default.p99_ms.unwrap() < 19.0, "{default:?}");
 }
 
 fn rendered(report: &Report) -> String {
