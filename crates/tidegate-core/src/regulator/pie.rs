@@ -25,6 +25,10 @@ use crate::time::{Nanos, Time};
 /// interval long (a handful of dequeues at low rates), so the average spans about 8 of them.
 const RATE_WEIGHT: f64 = 0.125;
 
+/// Most updates one late tick makes up for (about a second at the default 15 ms): past
+/// that, `p` has long settled on the delay measured, or decayed to nothing.
+const MAX_CATCH_UP: u64 = 64;
+
 /// How PIE picks the arrivals it drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -186,6 +190,21 @@ impl Pie {
         }
     }
 
+    /// One update of the drop probability on the queueing delay `delay` (RFC 8033, 4.2).
+    fn update_probability(&mut self, delay: f64) {
+        let mut step = (self.alpha * (delay - self.target) + self.beta * (delay - self.old_delay))
+            * Pie::scale(self.p);
+        if self.p >= 0.1 && step > 0.02 {
+            step = 0.02;
+        }
+        self.p += step;
+        if delay == 0.0 && self.old_delay == 0.0 {
+            self.p *= 0.98;
+        }
+        self.p = unit(self.p);
+        self.old_delay = delay;
+    }
+
     fn estimate_delay(&mut self, now: Time, last: Time, queue: &QueueStats) -> f64 {
         let elapsed = (now - last).as_secs_f64();
         let dequeued = queue.dequeued.saturating_sub(self.last_dequeued);
@@ -247,23 +266,23 @@ impl Regulator for Pie {
         let delay = self.estimate_delay(now, last, queue);
         self.last_dequeued = queue.dequeued;
 
-        let mut step = (self.alpha * (delay - self.target) + self.beta * (delay - self.old_delay))
-            * Pie::scale(self.p);
-        if self.p >= 0.1 && step > 0.02 {
-            step = 0.02;
+        // The control law is a clock's: one update per interval. A driver that ticks late (a
+        // proxy ticks on its own traffic: at 8 requests a second, every ~120 ms rather than
+        // every 15) gets the updates it missed, on the delay measured now, rather than one;
+        // with one, the controller's gain fell with the traffic, and in front of the capacity
+        // demo's 3.5 answers a second the real proxy let its queue wait ~150 ms longer than
+        // the simulator, whose ticks are on time.
+        let updates = ((now - last).as_nanos() / self.update.as_nanos()).clamp(1, MAX_CATCH_UP);
+        let before = self.old_delay;
+        for _ in 0..updates {
+            self.update_probability(delay);
         }
-        self.p += step;
-        if delay == 0.0 && self.old_delay == 0.0 {
-            self.p *= 0.98;
-        }
-        self.p = unit(self.p);
 
         self.burst = self.burst - (now - last);
-        let calm = delay < self.target / 2.0 && self.old_delay < self.target / 2.0;
+        let calm = delay < self.target / 2.0 && before < self.target / 2.0;
         if self.p == 0.0 && calm {
             self.burst = self.max_burst;
         }
-        self.old_delay = delay;
         if self.shed_by == ShedBy::Priority {
             self.cutoff.update(now, self.p);
         }
@@ -338,6 +357,45 @@ mod tests {
         (0..1_000)
             .filter(|_| pie.on_arrival(Time::ZERO, priority, queue_len) == Verdict::Reject)
             .count()
+    }
+
+    #[test]
+    fn the_control_law_runs_on_the_clock_whatever_the_ticks() {
+        // The same standing queue (30 ms of delay at 1,000 dequeues a second) for 1.2 s,
+        // ticked every 15 ms as the simulator does and every 120 ms as a proxy does on a
+        // few requests a second: `p` must climb alike. With one update per tick, the late
+        // one climbed an eighth as fast.
+        let on_time = &mut Pie::new(&PieConfig::default());
+        let late = &mut Pie::new(&PieConfig::default());
+        let (mut fast, mut slow) = (Feed::new(), Feed::slow(Nanos::from_millis(120), 120));
+        // The first tick of each only starts the clock.
+        for _ in 0..=80 {
+            fast.tick(on_time, 30);
+        }
+        for _ in 0..=10 {
+            slow.tick(late, 30);
+        }
+        let climbed = on_time.p;
+        assert!(climbed > 0.01, "{climbed}");
+        assert!(
+            (late.p / climbed - 1.0).abs() < 0.05,
+            "{} vs {climbed}",
+            late.p
+        );
+        // And it decays alike once the queue is gone.
+        for _ in 0..160 {
+            fast.tick(on_time, 0);
+        }
+        for _ in 0..20 {
+            slow.tick(late, 0);
+        }
+        assert!(on_time.p < climbed / 2.0, "{} from {climbed}", on_time.p);
+        assert!(
+            (late.p - on_time.p).abs() < 0.05 * climbed,
+            "{} vs {}",
+            late.p,
+            on_time.p
+        );
     }
 
     #[test]
