@@ -25,6 +25,13 @@ pub use pie::{Pie, PieConfig, ShedBy};
 use crate::priority::Priority;
 use crate::time::{Nanos, Time};
 
+/// Most update intervals one late tick makes up for. A regulator's control law is a
+/// clock's (PIE's every 15 ms, PID's every 100 ms), but only the simulator ticks the gate on
+/// time: the proxy and the tower layer tick it on their own traffic, at a few requests a
+/// second every few hundred milliseconds. A late tick runs the updates it missed on what it
+/// measures; past 64 of them the controller has long settled on that, or decayed to nothing.
+const MAX_CATCH_UP: u64 = 64;
+
 /// A regulator's answer about one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {

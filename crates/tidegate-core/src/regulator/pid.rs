@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff, unit};
-use super::{QueueStats, Regulator, RegulatorState, Verdict};
+use super::{MAX_CATCH_UP, QueueStats, Regulator, RegulatorState, Verdict};
 use crate::priority::Priority;
 use crate::time::{Nanos, Time};
 
@@ -122,26 +122,32 @@ impl Pid {
         self.ratio
     }
 
-    fn step(&mut self, now: Time, last: Time, queue: &QueueStats) -> f64 {
+    /// The steps of the `intervals` updates a tick stands for (one when on time): the first,
+    /// and each of the others. A late tick's counts are shared evenly among the updates it
+    /// makes up for, so that the ratio moves with time, not with how often the gate is
+    /// ticked (see [`super::MAX_CATCH_UP`]).
+    fn steps(&mut self, now: Time, last: Time, queue: &QueueStats, intervals: u64) -> (f64, f64) {
         let arrivals = self.arrivals - self.last_arrivals;
         if queue.last_empty >= last {
             // The queue drained: the service has room, but how much is unknown.
             self.last_growth = 0.0;
-            return -self.config.fall_rate.max(0.0) * (now - last).as_secs_f64();
+            return (
+                -self.config.fall_rate.max(0.0) * (now - last).as_secs_f64(),
+                0.0,
+            );
         }
         if arrivals == 0 {
-            return 0.0;
+            return (0.0, 0.0);
         }
         let arrivals = arrivals as f64;
         let flow = queue.enqueued.saturating_sub(self.last_enqueued) as f64
             - queue.dequeued.saturating_sub(self.last_dequeued) as f64;
         let growth = flow / arrivals;
-        let backlog = queue.len as f64 / arrivals;
-        let step = self.config.kp * growth
-            + self.config.ki * backlog
-            + self.config.kd * (growth - self.last_growth);
+        let backlog = queue.len as f64 / (arrivals / intervals as f64);
+        let each = self.config.kp * growth + self.config.ki * backlog;
+        let first = each + self.config.kd * (growth - self.last_growth);
         self.last_growth = growth;
-        step
+        (first, each)
     }
 }
 
@@ -161,8 +167,13 @@ impl Regulator for Pid {
             self.overloaded = now - queue.last_empty >= self.config.overload_after;
             self.engaged |= self.overloaded;
             if self.engaged {
-                let step = self.step(now, last, queue);
-                self.ratio = unit(self.ratio + step);
+                let intervals =
+                    ((now - last).as_nanos() / self.update.as_nanos()).clamp(1, MAX_CATCH_UP);
+                let (first, each) = self.steps(now, last, queue, intervals);
+                self.ratio = unit(self.ratio + first);
+                for _ in 1..intervals {
+                    self.ratio = unit(self.ratio + each);
+                }
                 self.engaged = self.ratio > 0.0 || self.overloaded;
             }
             if !self.engaged {
@@ -240,6 +251,40 @@ mod tests {
                 trace.max_queue(8_000, 21_000)
             );
         }
+    }
+
+    #[test]
+    fn the_control_law_runs_on_the_clock_whatever_the_ticks() {
+        // A standing queue of 20, as many in as out, 200 arrivals a second, for 1.6 s once
+        // the overload is established, ticked every 100 ms as the simulator does and every
+        // 800 ms as a proxy does on a few requests a second: the ratio must climb alike.
+        // With one update per tick on the counts of the whole interval, the late one moved
+        // 8 times less per tick and 8 times less often.
+        fn drive(every_ms: u64) -> f64 {
+            let mut pid = Pid::new(&PidConfig::default());
+            let mut now = Time::ZERO + Nanos::from_secs(2);
+            let per_tick = 200 * every_ms / 1000;
+            let mut moved = 0;
+            // The first tick only starts the clock.
+            for _ in 0..=1600 / every_ms {
+                let stats = QueueStats {
+                    len: 20,
+                    enqueued: moved,
+                    dequeued: moved,
+                    ..QueueStats::default()
+                };
+                pid.tick(now, &stats);
+                for _ in 0..per_tick {
+                    pid.on_arrival(now, Priority::default(), 20);
+                }
+                moved += per_tick;
+                now += Nanos::from_millis(every_ms);
+            }
+            pid.ratio()
+        }
+        let (on_time, late) = (drive(100), drive(800));
+        assert!(on_time > 0.05, "{on_time}");
+        assert!((late / on_time - 1.0).abs() < 0.05, "{late} vs {on_time}");
     }
 
     #[test]

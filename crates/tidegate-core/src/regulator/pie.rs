@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff, unit};
-use super::{QueueStats, Regulator, RegulatorState, Verdict};
+use super::{MAX_CATCH_UP, QueueStats, Regulator, RegulatorState, Verdict};
 use crate::priority::Priority;
 use crate::rng::Rng;
 use crate::time::{Nanos, Time};
@@ -24,10 +24,6 @@ use crate::time::{Nanos, Time};
 /// Weight of a new dequeue-rate measurement in the running average. Measurements are one update
 /// interval long (a handful of dequeues at low rates), so the average spans about 8 of them.
 const RATE_WEIGHT: f64 = 0.125;
-
-/// Most updates one late tick makes up for (about a second at the default 15 ms): past
-/// that, `p` has long settled on the delay measured, or decayed to nothing.
-const MAX_CATCH_UP: u64 = 64;
 
 /// How PIE picks the arrivals it drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
