@@ -331,12 +331,7 @@ pub(crate) fn data(
         let history = dashboard.history();
         (history.latest(), history.capacity, history.since(since))
     };
-    let gates: Vec<&str> = shared
-        .upstreams
-        .list
-        .iter()
-        .flat_map(|u| u.gates.iter().map(|g| g.name.as_str()))
-        .collect();
+    let gates: Vec<&str> = shared.upstreams.gates().map(|g| g.name.as_str()).collect();
     let answer = serde_json::json!({
         "instance": dashboard.instance,
         "seq": latest,
@@ -382,7 +377,7 @@ impl Reading {
     fn take(shared: &Shared) -> Reading {
         let mut tiers = [TierCounters::default(); TIERS as usize];
         let mut gates = Vec::new();
-        for slot in shared.upstreams.list.iter().flat_map(|u| &u.gates) {
+        for slot in shared.upstreams.gates() {
             let s = slot.gate.snapshot();
             for (sum, tier) in tiers.iter_mut().zip(&s.counters.tiers) {
                 add(sum, tier);

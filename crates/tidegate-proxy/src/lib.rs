@@ -37,10 +37,12 @@ mod forward;
 mod handler;
 mod metrics;
 mod pool;
+mod readings;
 mod server;
 mod upstream;
 
 pub use config::{Config, DEFAULT_CONFIG, UpstreamConfig};
 pub use error::Error;
 pub use handler::ERROR_HEADER;
+pub use readings::{GateReading, GateReadings};
 pub use server::{Drained, Proxy};

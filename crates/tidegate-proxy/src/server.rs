@@ -25,6 +25,7 @@ use crate::forward::{self, Forwarding};
 use crate::handler::{self, Shared};
 use crate::metrics::ProxyMetrics;
 use crate::pool::{Pool, PoolConfig};
+use crate::readings::GateReadings;
 use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
@@ -144,6 +145,12 @@ impl Proxy {
         self.admin
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// Every gate's limit, in-flight count and queue length, readable from this process
+    /// while the proxy runs (take it before [`run`](Proxy::run) consumes the proxy).
+    pub fn gates(&self) -> GateReadings {
+        GateReadings::new(&self.shared.upstreams)
     }
 
     /// Serves until `shutdown` completes, then drains: stops accepting, lets the requests in

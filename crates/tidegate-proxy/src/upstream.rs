@@ -306,6 +306,13 @@ impl Upstreams {
         }
     }
 
+    /// Every gate, upstream by upstream and, within an upstream, partition by partition (the
+    /// default partition first): the order of the dashboard's `gates` and of
+    /// [`crate::GateReadings`].
+    pub(crate) fn gates(&self) -> impl Iterator<Item = &GateSlot> {
+        self.list.iter().flat_map(|u| &u.gates)
+    }
+
     /// The upstream with the most availability in `partition` among those not ejected, or
     /// the first one due for a probe; `Err(until)` when all are ejected, with the earliest
     /// time one may be probed.
