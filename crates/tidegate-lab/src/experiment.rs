@@ -27,16 +27,23 @@
 //! expired in a gate's queue from one the gate shed (both are a 503 from tidegate): its
 //! `shed` column holds both, and the simulator's `shed` is given as shed + expired to match.
 //! A 503 without tidegate's header is the service's own refusal (its full queue).
+//!
+//! **The gates' path.** Behind a gate arm's proxy, a separate task reads the gates
+//! ([`GateReadings`]) at the end of each whole second of the load's schedule, when the
+//! simulator records its own per-second limit, in flight and queue, so that where real and
+//! simulated figures part one can see whether the controller took another path. It runs
+//! beside the load, never in its dispatch or its requests.
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use http::Uri;
 use serde::Serialize;
 use tidegate_core::Nanos;
 use tidegate_model::NonNegative;
 use tidegate_model::client::Arrivals as ModelArrivals;
-use tidegate_proxy::{Config as ProxyConfig, Proxy, UpstreamConfig};
+use tidegate_proxy::{Config as ProxyConfig, GateReadings, Proxy, UpstreamConfig};
 use tidegate_sim::scenario::engine::run_arm;
 use tidegate_sim::scenario::report::{ArmRun, Figures};
 use tidegate_sim::scenario::{ArmConfig, ArmKind, Scenario, ScenarioError};
@@ -139,6 +146,27 @@ pub struct RealRun {
     pub dispatch_lag_p99_ms: f64,
     #[serde(skip)]
     pub report: load::Report,
+    /// The gates' state at the end of each whole second of the load, for a gate arm;
+    /// `None` without a gate in front (`off`, a static lease). Per second, as the load's
+    /// own `per_second` (not in the JSON either).
+    #[serde(skip)]
+    pub gate_series: Option<Vec<GateSecond>>,
+}
+
+/// The gates in front of the origin at the end of one second of the load's schedule,
+/// summed over the gates (one per instance of the origin): what the simulator's
+/// per-second series records as `limit` and `queued`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateSecond {
+    /// The second's end, in seconds from the load's start: second N is [N-1, N), as in the
+    /// load's report and the simulator's series.
+    pub second: u32,
+    /// The concurrency limits in force.
+    pub limit: u64,
+    /// Requests let through and not yet answered.
+    pub inflight: u64,
+    /// Requests waiting in the gates' queues.
+    pub queued: u64,
 }
 
 /// Whether a real run agrees with the simulator's prediction.
@@ -266,6 +294,8 @@ pub struct RunningFront {
     pub addr: SocketAddr,
     /// The proxy's admin listener (`/dashboard`, `/metrics`, `/status`), for a gate arm.
     pub admin: Option<SocketAddr>,
+    /// The proxy's gates, for a gate arm.
+    pub gates: Option<GateReadings>,
     /// Stops the front when sent or dropped.
     pub stop: Option<oneshot::Sender<()>>,
 }
@@ -310,6 +340,7 @@ pub async fn gate_front(
         .map_err(|e| front_error(format!("the proxy: {e}")))?;
     let addr = proxy.local_addr();
     let admin = proxy.admin_addr();
+    let gates = proxy.gates();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(proxy.run(async {
         let _ = stopped.await;
@@ -317,6 +348,7 @@ pub async fn gate_front(
     Ok(RunningFront {
         addr,
         admin: Some(admin),
+        gates: Some(gates),
         stop: Some(stop),
     })
 }
@@ -343,6 +375,7 @@ async fn run_real(
         ArmKind::Off | ArmKind::StaticLease => RunningFront {
             addr: origin.addr(),
             admin: None,
+            gates: None,
             stop: None,
         },
         ArmKind::Gate => gate_front(scenario, arm, &origin.instance_addrs()).await?,
@@ -355,12 +388,59 @@ async fn run_real(
         let _ = origin_stopped.await;
     }));
     let config = load_config(scenario, point, front.addr)?;
+    // The load's seconds count from its start, microseconds after this (it parses the
+    // target's IP literal and sets up its recorder): far below a reading's one second.
+    let sampler = front.gates.clone().map(|gates| {
+        tokio::spawn(sample_gates(
+            gates,
+            tokio::time::Instant::now(),
+            scenario.duration,
+        ))
+    });
     let report = load::run(config, std::future::pending()).await;
+    let gate_series = match sampler {
+        // The load ran its whole schedule, so the sampler is done or about to be; it
+        // neither panics nor is aborted, so joining it cannot fail.
+        Some(sampler) if report.is_ok() => Some(sampler.await.unwrap_or_default()),
+        Some(sampler) => {
+            sampler.abort();
+            None
+        }
+        None => None,
+    };
     drop(front);
     let _ = stop_origin.send(());
     // The origin ends as soon as it is told; its own error (none once bound) is secondary.
     let _ = serving.await;
-    Ok(real_run(report?))
+    Ok(real_run(report?, gate_series))
+}
+
+/// Reads `gates` at the end of every whole second of a schedule of `duration` that started
+/// at `start`, as the simulator records its series (a last partial second has no row on
+/// either side). A reading the runtime wakes late for still belongs to its second.
+async fn sample_gates(
+    gates: GateReadings,
+    start: tokio::time::Instant,
+    duration: Nanos,
+) -> Vec<GateSecond> {
+    let seconds = u32::try_from(duration.as_nanos() / 1_000_000_000).unwrap_or(u32::MAX);
+    let mut series = Vec::with_capacity(seconds as usize);
+    for second in 1..=seconds {
+        tokio::time::sleep_until(start + Duration::from_secs(u64::from(second))).await;
+        let mut sum = GateSecond {
+            second,
+            limit: 0,
+            inflight: 0,
+            queued: 0,
+        };
+        for gate in gates.read() {
+            sum.limit += u64::from(gate.limit);
+            sum.inflight += u64::from(gate.inflight);
+            sum.queued += gate.queued as u64;
+        }
+        series.push(sum);
+    }
+    series
 }
 
 /// The scenario's `[load]` at a load point, as the generator's configuration.
@@ -466,7 +546,7 @@ fn figures(t: &TierReport, seconds: f64) -> Figures {
     }
 }
 
-fn real_run(report: load::Report) -> RealRun {
+fn real_run(report: load::Report, gate_series: Option<Vec<GateSecond>>) -> RealRun {
     let duration = report.run.duration_s.max(1e-9);
     let whole = figures(&report.total, duration);
     let (steady, steady_tiers) = match &report.steady {
@@ -493,6 +573,7 @@ fn real_run(report: load::Report) -> RealRun {
         errors: report.total.errors,
         dispatch_lag_p99_ms: report.dispatch_lag_ms.p99,
         report,
+        gate_series,
     }
 }
 

@@ -55,6 +55,7 @@ fn a_short_run_prints_json_beside_the_simulator_and_writes_its_files() {
         "capacity-baseline-lab.csv",
         "capacity-baseline-lab-goodput.svg",
         "capacity-baseline-lab-latency.svg",
+        "capacity-baseline-lab-limit.svg",
     ] {
         assert!(dir.join(file).is_file(), "{file}: {stderr}");
     }

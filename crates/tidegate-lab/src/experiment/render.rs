@@ -7,7 +7,7 @@ use tidegate_sim::chart::{Chart, Scale};
 use tidegate_sim::scenario::NamedChart;
 use tidegate_sim::scenario::report::Figures;
 
-use super::{Comparison, ExperimentReport};
+use super::{Comparison, ExperimentReport, GateSecond, RealRun};
 
 /// The arm the charts emphasise, as the simulator's do.
 const DEFAULT_ARM: &str = "tidegate default";
@@ -45,6 +45,17 @@ fn row(f: &Figures, shed_with_expired: bool) -> String {
         opt(f.p99_ms),
         opt(f.max_ms),
     )
+}
+
+impl RealRun {
+    /// The gates' reading at the end of `second`, for a gate arm.
+    fn gate_at(&self, second: u64) -> Option<GateSecond> {
+        self.gate_series
+            .as_ref()?
+            .iter()
+            .find(|g| u64::from(g.second) == second)
+            .copied()
+    }
 }
 
 impl Comparison {
@@ -165,13 +176,21 @@ impl ExperimentReport {
     }
 
     /// Per-second rows of both sides: `arm,load,side,second,offered,ok,shed,timed_out,
-    /// p50_ms,p99_ms`, `second` being the end of the second. The real side counts requests
-    /// by their intended send second, the simulator by the second of their outcome; `shed`
-    /// is everything turned away (shed, refused, unsent) on both sides.
+    /// p50_ms,p99_ms,limit,inflight,queued`, `second` being the end of the second. The real
+    /// side counts requests by their intended send second, the simulator by the second of
+    /// their outcome; `shed` is everything turned away (shed, refused, unsent) on both sides.
+    ///
+    /// `limit`, `inflight` and `queued` are read at the second's end, summed over the gates
+    /// (or instances): the real ones from the proxy's gates, empty without a gate; the
+    /// simulator's as its own series has them (a static lease's allowance as its limit, and
+    /// as in flight the requests in the service, working or in its queue, where the real
+    /// side counts those past the gate and not yet answered).
     pub fn csv(&self) -> String {
-        let mut out =
-            String::from("arm,load,side,second,offered,ok,shed,timed_out,p50_ms,p99_ms\n");
+        let mut out = String::from(
+            "arm,load,side,second,offered,ok,shed,timed_out,p50_ms,p99_ms,limit,inflight,queued\n",
+        );
         let field = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v}"));
+        let whole = |x: Option<u64>| x.map_or_else(String::new, |v| v.to_string());
         let name = |s: &str| {
             if s.contains([',', '"', '\n']) {
                 format!("\"{}\"", s.replace('"', "\"\""))
@@ -182,9 +201,10 @@ impl ExperimentReport {
         for run in &self.runs {
             for s in &run.real.report.per_second {
                 let latency = |v: f64| (s.ok > 0).then_some(v);
+                let gates = run.real.gate_at(s.second + 1);
                 let _ = writeln!(
                     out,
-                    "{},{},real,{},{},{},{},{},{},{}",
+                    "{},{},real,{},{},{},{},{},{},{},{},{},{}",
                     name(&run.arm),
                     run.load_rps,
                     s.second + 1,
@@ -194,12 +214,15 @@ impl ExperimentReport {
                     s.timed_out,
                     field(latency(s.p50_ms)),
                     field(latency(s.p99_ms)),
+                    whole(gates.map(|g| g.limit)),
+                    whole(gates.map(|g| g.inflight)),
+                    whole(gates.map(|g| g.queued)),
                 );
             }
             for s in &run.sim.series {
                 let _ = writeln!(
                     out,
-                    "{},{},sim,{},{},{},{},{},{},{}",
+                    "{},{},sim,{},{},{},{},{},{},{},{},{},{}",
                     name(&run.arm),
                     run.load_rps,
                     s.second,
@@ -209,6 +232,9 @@ impl ExperimentReport {
                     s.timed_out,
                     field(s.p50_ms),
                     field(s.p99_ms),
+                    whole(s.limit.map(u64::from)),
+                    s.inflight,
+                    s.queued,
                 );
             }
         }
@@ -261,7 +287,9 @@ impl ExperimentReport {
     }
 
     /// Goodput and p99 over time at the highest load point, a real and a simulated line per
-    /// arm; for a sweep, also steady goodput and p99 by load.
+    /// arm, and the limit over time, a real and a simulated line per gate arm (the only
+    /// arms whose limit the real side reads); for a sweep, also steady goodput and p99 by
+    /// load.
     pub fn charts(&self) -> Vec<NamedChart> {
         let mut loads: Vec<f64> = self.runs.iter().map(|r| r.load_rps).collect();
         loads.sort_by(f64::total_cmp);
@@ -336,7 +364,33 @@ impl ExperimentReport {
                 "ms",
             )
         };
+        let mut limit = Chart::new(
+            &format!(
+                "{}: concurrency limit (all gates){at}, real and simulated",
+                self.scenario
+            ),
+            "second",
+            "requests",
+        );
         for run in top_runs {
+            if let Some(gates) = &run.real.gate_series {
+                limit = limit
+                    .line(
+                        &format!("{} real", run.arm),
+                        gates
+                            .iter()
+                            .map(|g| (f64::from(g.second), g.limit as f64))
+                            .collect(),
+                    )
+                    .line(
+                        &format!("{} sim", run.arm),
+                        run.sim
+                            .series
+                            .iter()
+                            .map(|s| (f64::from(s.second), s.limit.map_or(f64::NAN, f64::from)))
+                            .collect(),
+                    );
+            }
             let real = &run.real.report.per_second;
             goodput = goodput
                 .line(
@@ -374,6 +428,7 @@ impl ExperimentReport {
         }
         charts.push(named("goodput", goodput));
         charts.push(named("latency", latency));
+        charts.push(named("limit", limit));
         charts
     }
 
