@@ -38,7 +38,7 @@ tidegate="$root/target/release/tidegate"
 place_cpus
 
 origin_port=18180 proxy_port=18181 admin_port=18191
-nginx_conf "$work/origin" "server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }"
+hello_origin "$work/origin" "$origin_port"
 
 "${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
 "${proxy_cpu[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \

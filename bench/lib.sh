@@ -69,6 +69,21 @@ http {
 CONF
 }
 
+# hello_origin DIR PORT: an nginx configuration in DIR answering "hello, world" on
+# 127.0.0.1:PORT, the origin every benchmark here puts behind the proxies.
+hello_origin() {
+    nginx_conf "$1" "server { listen 127.0.0.1:$2; location / { return 200 'hello, world\n'; } }"
+}
+
+# nginx_proxy DIR PORT ORIGIN_PORT: an nginx configuration in DIR proxying 127.0.0.1:PORT
+# to 127.0.0.1:ORIGIN_PORT over kept-alive HTTP/1.1 connections: the peer tidegate is
+# compared with.
+nginx_proxy() {
+    nginx_conf "$1" "upstream origin { server 127.0.0.1:$3; keepalive 128; }
+    server { listen 127.0.0.1:$2; location / {
+        proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ''; } }"
+}
+
 # wait_port PORT: until something listens on 127.0.0.1:PORT (10 s at most, then exit 1).
 wait_port() {
     for _ in $(seq 100); do

@@ -40,10 +40,8 @@ place_cpus
 origin_port=18080 tidegate_port=18081 tidegate_admin=18091 nginx_port=18082 haproxy_port=18083
 bare_port=18084 bare_admin=18094
 
-nginx_conf "$work/origin" "server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }"
-nginx_conf "$work/peer" "upstream origin { server 127.0.0.1:$origin_port; keepalive 128; }
-    server { listen 127.0.0.1:$nginx_port; location / {
-        proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ''; } }"
+hello_origin "$work/origin" "$origin_port"
+nginx_proxy "$work/peer" "$nginx_port" "$origin_port"
 cat >"$work/haproxy.cfg" <<CONF
 global
     nbthread 1

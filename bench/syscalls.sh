@@ -30,10 +30,8 @@ install_tools nginx wrk strace
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
 
 origin_port=18480 tidegate_port=18481 nginx_port=18482 admin_port=18491
-nginx_conf "$work/origin" "server { listen 127.0.0.1:$origin_port; location / { return 200 'hello, world\n'; } }"
-nginx_conf "$work/peer" "upstream origin { server 127.0.0.1:$origin_port; keepalive 128; }
-    server { listen 127.0.0.1:$nginx_port; location / { proxy_pass http://origin;
-        proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+hello_origin "$work/origin" "$origin_port"
+nginx_proxy "$work/peer" "$nginx_port" "$origin_port"
 nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
 "$root/target/release/tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
     --listen "127.0.0.1:$tidegate_port" --admin "127.0.0.1:$admin_port" --threads 1 \
