@@ -25,12 +25,19 @@ pub use pie::{Pie, PieConfig, ShedBy};
 use crate::priority::Priority;
 use crate::time::{Nanos, Time};
 
-/// Most update intervals one late tick makes up for. A regulator's control law is a
-/// clock's (PIE's every 15 ms, PID's every 100 ms), but only the simulator ticks the gate on
-/// time: the proxy and the tower layer tick it on their own traffic, at a few requests a
-/// second every few hundred milliseconds. A late tick runs the updates it missed on what it
-/// measures; past 64 of them the controller has long settled on that, or decayed to nothing.
+/// Most update intervals one late tick makes up for (see [`updates_due`]): past 64 of them
+/// the controller has long settled on what the tick measured, or decayed to nothing.
 const MAX_CATCH_UP: u64 = 64;
+
+/// How many updates of a control law run every `update` a tick at `now` stands for, the
+/// last one having run at `last`: one when on time, more when late, at most
+/// [`MAX_CATCH_UP`]. A regulator's control law is a clock's (PIE's every 15 ms, PID's every
+/// 100 ms), but only the simulator ticks the gate on time: the proxy and the tower layer
+/// tick it on their own traffic, at a few requests a second every few hundred
+/// milliseconds. A late tick runs the updates it missed, on what it measures.
+fn updates_due(last: Time, now: Time, update: Nanos) -> u64 {
+    ((now - last).as_nanos() / update.as_nanos().max(1)).clamp(1, MAX_CATCH_UP)
+}
 
 /// A regulator's answer about one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff, unit};
-use super::{MAX_CATCH_UP, QueueStats, Regulator, RegulatorState, Verdict};
+use super::{QueueStats, Regulator, RegulatorState, Verdict, updates_due};
 use crate::priority::Priority;
 use crate::time::{Nanos, Time};
 
@@ -125,7 +125,7 @@ impl Pid {
     /// The steps of the `intervals` updates a tick stands for (one when on time): the first,
     /// and each of the others. A late tick's counts are shared evenly among the updates it
     /// makes up for, so that the ratio moves with time, not with how often the gate is
-    /// ticked (see [`super::MAX_CATCH_UP`]).
+    /// ticked (see [`super::updates_due`]).
     fn steps(&mut self, now: Time, last: Time, queue: &QueueStats, intervals: u64) -> (f64, f64) {
         let arrivals = self.arrivals - self.last_arrivals;
         if queue.last_empty >= last {
@@ -167,8 +167,7 @@ impl Regulator for Pid {
             self.overloaded = now - queue.last_empty >= self.config.overload_after;
             self.engaged |= self.overloaded;
             if self.engaged {
-                let intervals =
-                    ((now - last).as_nanos() / self.update.as_nanos()).clamp(1, MAX_CATCH_UP);
+                let intervals = updates_due(last, now, self.update);
                 let (first, each) = self.steps(now, last, queue, intervals);
                 self.ratio = unit(self.ratio + first);
                 for _ in 1..intervals {

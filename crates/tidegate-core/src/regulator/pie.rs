@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff, unit};
-use super::{MAX_CATCH_UP, QueueStats, Regulator, RegulatorState, Verdict};
+use super::{QueueStats, Regulator, RegulatorState, Verdict, updates_due};
 use crate::priority::Priority;
 use crate::rng::Rng;
 use crate::time::{Nanos, Time};
@@ -268,7 +268,7 @@ impl Regulator for Pie {
         // with one, the controller's gain fell with the traffic, and in front of the capacity
         // demo's 3.5 answers a second the real proxy let its queue wait ~150 ms longer than
         // the simulator, whose ticks are on time.
-        let updates = ((now - last).as_nanos() / self.update.as_nanos()).clamp(1, MAX_CATCH_UP);
+        let updates = updates_due(last, now, self.update);
         let before = self.old_delay;
         for _ in 0..updates {
             self.update_probability(delay);
