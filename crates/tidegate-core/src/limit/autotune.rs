@@ -155,6 +155,12 @@ struct Trial {
     after: Span,
 }
 
+/// Whether at the limit `in_force` a step of one request is a trial: it is at least
+/// [`JUDGED_STEP`] of the limit (a limit of 10 or less).
+fn one_request_is_judged(in_force: f64) -> bool {
+    1.0 >= JUDGED_STEP * in_force
+}
+
 /// What the latency rule did in a window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Move {
@@ -457,12 +463,7 @@ impl Autotune {
                 if self.trial.is_some() || !self.span.whole() {
                     return Move::Hold;
                 }
-                self.trial = Some(Trial {
-                    from: self.limit,
-                    to: grown.round(),
-                    before: self.span,
-                    after: Span::default(),
-                });
+                self.start_trial(grown.round());
                 self.settling = true;
             }
             if self.drop_level.is_some_and(|level| grown.round() >= level) {
@@ -620,6 +621,16 @@ impl Autotune {
         self.filled = 0;
     }
 
+    /// Starts a trial of the limit `to`, judged against the span at the limit in force.
+    fn start_trial(&mut self, to: f64) {
+        self.trial = Some(Trial {
+            from: self.limit,
+            to,
+            before: self.span,
+            after: Span::default(),
+        });
+    }
+
     /// Starts a probe. Where one request is a large step (a limit of 10 or less), the probe
     /// is one request less, for a whole span, and a trial: kept if the request it took
     /// away bought no throughput (RSocket's service at 2 per server, the capacity demo at
@@ -627,16 +638,11 @@ impl Autotune {
     /// is one window at `probe_factor`, for the baseline only.
     fn start_probe(&mut self) {
         let in_force = self.limit.round();
-        if 1.0 >= JUDGED_STEP * in_force {
+        if one_request_is_judged(in_force) {
             if in_force - 1.0 < self.min || self.trial.is_some() || !self.span.whole() {
                 return;
             }
-            self.trial = Some(Trial {
-                from: self.limit,
-                to: in_force - 1.0,
-                before: self.span,
-                after: Span::default(),
-            });
+            self.start_trial(in_force - 1.0);
             self.limit = in_force - 1.0;
         } else {
             self.probe = Some(self.limit);
@@ -732,7 +738,7 @@ impl Autotune {
             if moved == Move::Shrink
                 && judged.is_none()
                 && self.limit.round() < in_force
-                && 1.0 >= JUDGED_STEP * self.limit.round()
+                && one_request_is_judged(self.limit.round())
             {
                 self.descending = true;
             }
