@@ -48,12 +48,14 @@ fn row(f: &Figures, shed_with_expired: bool) -> String {
 }
 
 impl RealRun {
-    /// The gates' reading at the end of `second`, for a gate arm.
+    /// The gates' reading at the end of `second`, for a gate arm. The series holds seconds
+    /// 1, 2, ... in order, so the reading of second N is at N - 1.
     fn gate_at(&self, second: u64) -> Option<GateSecond> {
+        let index = usize::try_from(second.checked_sub(1)?).ok()?;
         self.gate_series
             .as_ref()?
-            .iter()
-            .find(|g| u64::from(g.second) == second)
+            .get(index)
+            .filter(|g| u64::from(g.second) == second)
             .copied()
     }
 }
