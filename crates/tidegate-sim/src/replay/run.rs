@@ -179,3 +179,97 @@ pub fn replay(
     }
     Ok(runs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::fit::fit;
+
+    fn entry(start: f64, duration: f64) -> Entry {
+        Entry {
+            line: 0,
+            start,
+            duration,
+            upstream: Some(duration),
+            status: 200,
+        }
+    }
+
+    /// A request every 10 ms for 10 s, each 50 ms long: 5 in flight, far from any knee.
+    fn steady_log() -> Vec<Entry> {
+        (0..1000)
+            .map(|i| entry(1.7e9 + f64::from(i) * 0.01, 0.05))
+            .collect()
+    }
+
+    #[test]
+    fn a_multiple_divides_the_gaps_from_the_first_arrival_in_order() {
+        let entries = [
+            entry(10.0, 0.1),
+            entry(10.5, 0.1),
+            entry(11.0, 0.1),
+            entry(10.2, 0.1),
+        ];
+        let ms: Vec<u64> = arrival_times(&entries, 2.0)
+            .iter()
+            .map(|t| t.as_nanos() / 1_000_000)
+            .collect();
+        assert_eq!(ms, [0, 100, 250, 500]);
+    }
+
+    #[test]
+    fn the_default_timeout_is_ten_median_requests() {
+        let fit = fit(&steady_log()).unwrap();
+        assert_eq!(default_timeout(&fit), Nanos::from_millis(500));
+    }
+
+    #[test]
+    fn every_arm_serves_the_log_as_recorded_and_a_multiple_compresses_it() {
+        let entries = steady_log();
+        let fit = fit(&entries).unwrap();
+        let config = ReplayConfig {
+            multiples: vec![1.0, 2.0],
+            timeout: None,
+            seed: 1,
+            arms: Vec::new(),
+            jobs: 2,
+        };
+        let runs = replay(&entries, &fit, &config).unwrap();
+        assert_eq!(runs.len(), 2);
+        assert!(
+            (runs[1].duration_s - 5.0).abs() < 0.01,
+            "{}",
+            runs[1].duration_s
+        );
+        for run in &runs {
+            assert_eq!(run.report.arms.len(), 8);
+            for arm in &run.report.arms {
+                let f = &arm.whole.figures;
+                let offered = 100.0 * run.multiple;
+                assert!((f.offered_rps - offered).abs() < 1.0, "{}: {f:?}", arm.name);
+                // At 2x, the log's highest concurrency (the fitted pool, as the log shows no
+                // knee) is not enough: only the log as recorded must be served in full.
+                if run.multiple == 1.0 {
+                    assert!(f.goodput_rps >= 0.99 * f.offered_rps, "{}: {f:?}", arm.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_multiple_must_be_positive() {
+        let entries = steady_log();
+        let fit = fit(&entries).unwrap();
+        let config = ReplayConfig {
+            multiples: vec![0.0],
+            timeout: None,
+            seed: 1,
+            arms: Vec::new(),
+            jobs: 1,
+        };
+        assert!(matches!(
+            replay(&entries, &fit, &config),
+            Err(ReplayError::Multiple(_))
+        ));
+    }
+}
