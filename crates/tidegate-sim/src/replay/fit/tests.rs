@@ -2,26 +2,65 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use tidegate_core::rng::Rng;
+use tidegate_core::{Nanos, Time};
+use tidegate_model::service::{Admission, PoolConfig};
 
 use super::*;
 
-/// A log of a FIFO service of `workers` workers (work uniform within +-20% of `work_s`)
+/// A log of the model's pool of `workers` workers (work uniform within +-20% of `work_s`)
 /// with a queue of `queue` (refused with 503 beyond it; `None`: unbounded), under Poisson
 /// arrivals at `rates` (requests per second, each for `phase_s` seconds).
 fn service_log(
-    workers: usize,
+    workers: u32,
     work_s: f64,
-    queue: Option<usize>,
+    queue: Option<u32>,
     rates: &[f64],
     phase_s: f64,
 ) -> Vec<Entry> {
+    contended_log(workers, work_s, 0.0, queue, rates, phase_s)
+}
+
+/// [`service_log`] with work started while the service holds more than `workers` requests
+/// slowed by `contention` per request beyond: the model's own pool, driven by its arrivals
+/// and completions.
+fn contended_log(
+    workers: u32,
+    work_s: f64,
+    contention: f64,
+    queue: Option<u32>,
+    rates: &[f64],
+    phase_s: f64,
+) -> Vec<Entry> {
+    let config = ServiceConfig {
+        spread: Spread::Uniform,
+        pool: PoolConfig {
+            workers: std::num::NonZeroU32::new(workers).unwrap(),
+            work: Nanos::from_secs_f64(work_s),
+            queue,
+            optimal: None,
+            contention: NonNegative::new(contention).unwrap(),
+        },
+        ..ServiceConfig::default()
+    };
+    let mut pool = config.instance();
     let mut rng = Rng::seed(7);
-    let ns = |s: f64| (s * 1e9).round() as u64;
-    // Ends of the requests in the service (working or waiting), and the workers' next free
-    // times.
-    let mut held: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
-    let mut free: BinaryHeap<Reverse<u64>> = (0..workers).map(|_| Reverse(0)).collect();
+    let base = 1.7e9;
+    let secs = |t: Time| t.as_nanos() as f64 / 1e9;
+    // Completions due, and each request's arrival time by its token.
+    let mut due: BinaryHeap<Reverse<(Time, u64)>> = BinaryHeap::new();
+    let mut arrived: Vec<Time> = Vec::new();
     let mut entries = Vec::new();
+    let finish = |entries: &mut Vec<Entry>, at: Time, token: u64, arrived: &[Time]| {
+        let start = arrived[token as usize];
+        let latency = secs(at) - secs(start);
+        entries.push(Entry {
+            line: 0,
+            start: base + secs(start),
+            duration: latency,
+            upstream: Some(latency),
+            status: 200,
+        });
+    };
     let mut t = 0.0;
     for (k, &rate) in rates.iter().enumerate() {
         let phase_end = (k + 1) as f64 * phase_s;
@@ -31,34 +70,33 @@ fn service_log(
                 t = phase_end;
                 break;
             }
-            let now = ns(t);
-            while held.peek().is_some_and(|&Reverse(end)| end <= now) {
-                held.pop();
+            let now = Time::ZERO + Nanos::from_secs_f64(t);
+            while let Some(&Reverse((at, token))) = due.peek().filter(|d| d.0.0 <= now) {
+                due.pop();
+                finish(&mut entries, at, token, &arrived);
+                if let Some(next) = pool.finish(at) {
+                    due.push(Reverse((next.done, next.token)));
+                }
             }
-            let base = 1.7e9;
-            if queue.is_some_and(|q| held.len() >= workers + q) {
-                entries.push(Entry {
-                    line: entries.len() + 1,
+            let token = arrived.len() as u64;
+            arrived.push(now);
+            match pool.arrive(now, token, config.draw_factor(&mut rng)) {
+                Admission::Started(done) => due.push(Reverse((done, token))),
+                Admission::Queued => {}
+                Admission::Refused => entries.push(Entry {
+                    line: 0,
                     start: base + t,
                     duration: 0.001,
                     upstream: Some(0.001),
                     status: 503,
-                });
-                continue;
+                }),
             }
-            let Reverse(worker_free) = free.pop().unwrap();
-            let begin = worker_free.max(now);
-            let end = begin + ns(work_s * (0.8 + 0.4 * rng.next_f64()));
-            free.push(Reverse(end));
-            held.push(Reverse(end));
-            let latency = (end - now) as f64 / 1e9;
-            entries.push(Entry {
-                line: entries.len() + 1,
-                start: base + t,
-                duration: latency,
-                upstream: Some(latency),
-                status: 200,
-            });
+        }
+    }
+    while let Some(Reverse((at, token))) = due.pop() {
+        finish(&mut entries, at, token, &arrived);
+        if let Some(next) = pool.finish(at) {
+            due.push(Reverse((next.done, next.token)));
         }
     }
     entries
@@ -82,16 +120,35 @@ fn a_pool_with_a_knee_at_ten_fits_ten_workers_and_its_work_time() {
 
 #[test]
 fn a_knee_at_three_and_at_forty() {
-    for (workers, work) in [(3, 0.02), (40, 0.05)] {
-        let capacity = workers as f64 / work;
+    for (workers, work) in [(3u32, 0.02), (40, 0.05)] {
+        let capacity = f64::from(workers) / work;
         let log = service_log(workers, work, None, &[0.4 * capacity, 1.3 * capacity], 15.0);
         let knee = fit(&log).unwrap().knee as usize;
-        let tolerance = (workers / 10).max(1);
+        let tolerance = (workers as usize / 10).max(1);
         assert!(
-            knee.abs_diff(workers) <= tolerance,
+            knee.abs_diff(workers as usize) <= tolerance,
             "{workers} workers: knee {knee}"
         );
     }
+}
+
+#[test]
+fn contention_beyond_the_knee_is_fitted_from_the_slope() {
+    // 10 workers, 5% slower work per request held beyond them, a queue of 10: at 1.5x the
+    // service holds 20, works at 1.5x its time, and serves 10 / 150 ms = 66.7 rps.
+    let log = contended_log(10, 0.1, 0.05, Some(10), &[40.0, 150.0, 40.0], 20.0);
+    let fit = fit(&log).unwrap();
+    assert!((9..=11).contains(&fit.knee), "knee {}", fit.knee);
+    // Queueing alone would answer at 20 in 200 ms; the log shows about 280.
+    assert!(fit.contention > 0.01, "contention {}", fit.contention);
+    // The throughput while holding 20, which is what the replay's overloads depend on
+    // (workers and contention trade off against each other in a log that holds 20 at most).
+    let workers = f64::from(fit.knee);
+    let throughput = workers / (fit.work_ms / 1e3 * (1.0 + fit.contention * (20.0 - workers)));
+    assert!(
+        (throughput - 66.7).abs() < 6.7,
+        "{throughput:.1} rps at 20 held: {fit:#?}"
+    );
 }
 
 #[test]
