@@ -306,7 +306,7 @@ fn legend_name(name: &str) -> String {
     format!("{cut}…")
 }
 
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -9,10 +9,14 @@
 //! - [`scenario`]: scenario files (`scenarios/*.toml`) and the engine that runs their arms,
 //!   tidegate's gate between the models of `tidegate-model`.
 //! - [`chart`]: line charts as standalone SVG files for the reports.
+//! - [`sweep`]: the robustness sweep, every arm on a generated family of service shapes and
+//!   loads, with an oracle and the targets.
 //! - [`histogram`]: a fixed-size log-linear latency histogram (memory independent of the
 //!   number of samples).
 
 pub mod chart;
 pub mod histogram;
+mod parallel;
 pub mod pdc;
 pub mod scenario;
+pub mod sweep;

@@ -6,6 +6,7 @@ mod load;
 mod origin;
 mod proxy;
 mod sim_run;
+mod sim_sweep;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,6 +78,20 @@ enum Sim {
     ///   tidegate sim run scenarios/capacity-slow.toml --duration 30s --out results/
     #[command(verbatim_doc_comment)]
     Run(sim_run::RunArgs),
+    /// Run every arm on a generated family of service shapes, beside an oracle, and check the
+    /// default's robustness targets
+    ///
+    /// The family crosses the work-time distribution, the knee, contention and the service's
+    /// queue, the work time, the load shape, the client timeout and the tier mix (about 580
+    /// cases with two seeds). Prints a table per axis (cell: worst/median goodput in percent)
+    /// and the cases where `tidegate default` misses a target, with why.
+    ///
+    /// Examples:
+    ///   tidegate sim sweep --out docs/experiments/robustness
+    ///   tidegate sim sweep --quick
+    ///   tidegate sim sweep --case pareto --case "step 10x" --arm "tidegate default" --arm oracle
+    #[command(verbatim_doc_comment)]
+    Sweep(sim_sweep::SweepArgs),
 }
 
 #[derive(Debug, Args)]
@@ -161,6 +176,7 @@ fn main() -> ExitCode {
         None => Ok(()),
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
         Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
+        Some(Command::Sim(Sim::Sweep(args))) => sim_sweep::sweep(args),
         Some(Command::Load(args)) => load::load(args),
         Some(Command::Origin(args)) => origin::origin(args),
         Some(Command::Experiment(args)) => experiment::experiment(args),
