@@ -124,8 +124,9 @@ impl Dist {
     /// the requests. Below that, no protection can serve 97% of the capacity (with 90% at
     /// 0.09 W and 10% at 9.2 W, a 2 W timeout loses every slow request and the 92% of the
     /// work they take), and the case would measure the timeout, not the protection.
-    pub fn shortest_timeout(self) -> u32 {
-        let floor = 2.0 * self.p99();
+    /// `slowdown` multiplies the work time (2 while the capacity is halved).
+    pub fn shortest_timeout(self, slowdown: f64) -> u32 {
+        let floor = 2.0 * self.p99() * slowdown;
         TIMEOUTS
             .iter()
             .copied()

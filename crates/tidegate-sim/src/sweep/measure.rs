@@ -22,6 +22,10 @@ pub struct ArmResult {
     pub shed: u64,
     /// p99 of the ok responses after the warm-up, in ms.
     pub p99_ms: Option<f64>,
+    /// Of the requests let through to the service after the warm-up (answered in time or
+    /// not), the share whose caller gave up first: above 1%, the p99 of the requests served
+    /// is above the client's timeout (the p99 of the ok responses never is).
+    pub late_share: f64,
     /// The important tier's share of requests lost after the warm-up (two-tier cases).
     pub tier1_loss: Option<f64>,
     /// The sheddable tier's ok responses after the warm-up, as a fraction of the capacity.
@@ -62,6 +66,13 @@ pub fn measure(case: &Case, run: &ArmRun) -> ArmResult {
         })
         .collect();
     let shed = run.series.iter().map(|s| s.shed + s.expired).sum();
+    let steady = &run.steady.figures;
+    let ok_share = steady.goodput_rps / steady.offered_rps.max(f64::MIN_POSITIVE);
+    let late_share = if ok_share + steady.timeout_ratio > 0.0 {
+        round4(steady.timeout_ratio / (ok_share + steady.timeout_ratio))
+    } else {
+        0.0
+    };
     let tier = |t: u8| run.steady.tiers.get(&t.to_string());
     let (tier1_loss, tier2_served) = if case.tiers {
         let lost = tier(TIER_IMPORTANT).map_or(0.0, |f| {
@@ -77,7 +88,8 @@ pub fn measure(case: &Case, run: &ArmRun) -> ArmResult {
         arm: run.name.clone(),
         goodput,
         shed,
-        p99_ms: run.steady.figures.p99_ms,
+        p99_ms: steady.p99_ms,
+        late_share,
         tier1_loss,
         tier2_served,
         settle_w,

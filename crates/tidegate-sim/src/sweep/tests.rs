@@ -70,6 +70,7 @@ fn targets_flag_a_limit_of_one_and_pass_an_ideal_arm() {
         goodput: vec![1.0],
         shed: 0,
         p99_ms: oracle.p99_ms,
+        late_share: 0.0,
         tier1_loss: Some(0.0),
         tier2_served: Some(0.5),
         settle_w: Some(10.0),
@@ -106,7 +107,7 @@ fn targets_flag_a_limit_of_one_and_pass_an_ideal_arm() {
         (
             &case,
             ArmResult {
-                p99_ms: Some(201.0),
+                late_share: 0.02,
                 ..ideal.clone()
             },
             Target::P99Timeout,
