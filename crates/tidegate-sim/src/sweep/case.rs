@@ -12,12 +12,14 @@
 //! | step 1.5x / 3x / 10x | 0.5 for 50, then the step for 200 | 100-250, overload from 50 |
 //! | ramp | 0.5 for 50, to 3 over 150, 3 for 50 | 130-250, overload from 80 (1x) |
 //! | bursts | 0.5 for 50, then (3 for 25, 0.5 for 25) x 4 | 50-250, mixed |
-//! | capacity halves | 0.8 for 300, work doubles at 100, back at 200 | 150-200 overloaded, 250-300 not |
+//! | capacity halves | 0.8 for 300, half the workers from 100 to 200 | 150-200 overloaded, 250-300 not |
 //!
 //! Each judged window after an overload or a capacity change starts 50 work times later: the
 //! issue's settling target is 50 service times, and the goodput is judged after it. Knees
 //! under 30 run longer ([`Case::scale`]): every time of the table but the 50 work times of
-//! settling and the bursts' 25 is stretched by 30 / knee.
+//! settling and the bursts' 25 is stretched by 30 / knee. The capacity "halves" to half the
+//! workers rounded down (a third for a knee of 3), and with a single worker, the work time
+//! doubles instead.
 
 use std::num::NonZeroU32;
 
@@ -222,7 +224,8 @@ impl LoadShape {
 
     /// The spans over which the protection is judged: an overloaded one starts
     /// [`SETTLE_ALLOWANCE`] after its onset.
-    pub fn windows(self, scale: f64) -> Vec<Window> {
+    /// `reduced` is the service's capacity while it is reduced, as a fraction of the nominal.
+    pub fn windows(self, scale: f64, reduced: f64) -> Vec<Window> {
         let end = self.length(scale);
         let overload = |onset: f64| Window {
             from: onset + SETTLE_ALLOWANCE,
@@ -254,7 +257,7 @@ impl LoadShape {
                 vec![
                     Window {
                         to: recovers,
-                        capacity: 0.5,
+                        capacity: reduced,
                         ..overload(halves)
                     },
                     below(recovers + SETTLE_ALLOWANCE, end),
@@ -357,7 +360,32 @@ impl Case {
     }
 
     pub fn windows(&self) -> Vec<Window> {
-        self.load.windows(self.scale())
+        self.load.windows(self.scale(), self.reduced_capacity())
+    }
+
+    /// Workers while the capacity is halved: half the knee, rounded down. A single worker
+    /// cannot be halved: with a knee of 1, the work time doubles instead.
+    fn reduced_workers(&self) -> u32 {
+        (self.knee / 2).max(1)
+    }
+
+    /// The capacity while it is halved, as a fraction of the nominal one (a third for a
+    /// knee of 3).
+    pub fn reduced_capacity(&self) -> f64 {
+        if self.knee == 1 {
+            0.5
+        } else {
+            f64::from(self.reduced_workers()) / f64::from(self.knee)
+        }
+    }
+
+    /// How many times longer the work takes while the capacity is halved.
+    pub fn reduced_slowdown(&self) -> f64 {
+        if self.load == LoadShape::CapacityHalves && self.knee == 1 {
+            2.0
+        } else {
+            1.0
+        }
     }
 
     /// Requests sent over one run of one arm, roughly: what a case costs.
@@ -387,16 +415,21 @@ impl Case {
         };
         self.dist.configure(&mut service);
         if let Some((halves, recovers)) = self.load.capacity_changes(self.scale()) {
+            let (workers, work) = if self.knee == 1 {
+                (None, Some(self.works(2.0)))
+            } else {
+                (NonZeroU32::new(self.reduced_workers()), None)
+            };
             service.changes = vec![
                 Change {
                     at: self.works(halves),
-                    workers: None,
-                    work: Some(self.works(2.0)),
+                    workers,
+                    work,
                 },
                 Change {
                     at: self.works(recovers),
-                    workers: None,
-                    work: Some(self.work()),
+                    workers: workers.and(NonZeroU32::new(self.knee)),
+                    work: work.and(Some(self.work())),
                 },
             ];
         }
