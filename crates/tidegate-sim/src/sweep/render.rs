@@ -11,7 +11,7 @@ use super::arms::{ARMS, DEFAULT};
 use super::case::{Case, work_label};
 use super::measure::ArmResult;
 use super::targets::Target;
-use crate::chart::escape;
+use crate::chart::{escape, svg_start};
 
 /// An axis of the family: its name and a case's value on it (a sort key and a label).
 type AxisOf = (&'static str, fn(&Case) -> (u64, String));
@@ -184,16 +184,7 @@ pub fn heatmap(results: &[CaseResult], heat: Heat) -> String {
         Heat::Goodput => "worst goodput, % of capacity (of offered below it)",
         Heat::P99 => "worst p99 over the service's own p99",
     };
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="#ffffff"/>
-<text x="{:.1}" y="22" text-anchor="middle" font-size="15">{}</text>
-"##,
-        width / 2.0,
-        escape(title)
-    );
+    let mut svg = svg_start(width, height, width / 2.0, title);
     for (i, arm) in arms.iter().enumerate() {
         let x = LABEL_W + CELL_W * (i as f64 + 0.5);
         let _ = writeln!(
