@@ -217,6 +217,19 @@ impl LoadShape {
             .sum()
     }
 
+    /// The offered rate at `t` mean work times, as a multiple of the capacity.
+    fn rate_at(self, scale: f64, t: f64) -> f64 {
+        let mut start = 0.0;
+        let phases = self.phases(scale);
+        for &(len, from, to) in &phases {
+            if t < start + len {
+                return from + (to - from) * (t - start) / len;
+            }
+            start += len;
+        }
+        phases.last().map_or(0.0, |p| p.2)
+    }
+
     /// When the service's capacity halves and when it recovers, in mean work times.
     fn capacity_changes(self, scale: f64) -> Option<(f64, f64)> {
         (self == LoadShape::CapacityHalves).then_some((100.0 * scale, 200.0 * scale))
@@ -377,6 +390,17 @@ impl Case {
         } else {
             f64::from(self.reduced_workers()) / f64::from(self.knee)
         }
+    }
+
+    /// Whether the load offered at `t` mean work times is above what the service can serve
+    /// then.
+    pub fn overloaded_at(&self, t: f64) -> bool {
+        let scale = self.scale();
+        let capacity = match self.load.capacity_changes(scale) {
+            Some((halves, recovers)) if t >= halves && t < recovers => self.reduced_capacity(),
+            _ => 1.0,
+        };
+        self.load.rate_at(scale, t) > capacity
     }
 
     /// How many times longer the work takes while the capacity is halved.

@@ -180,10 +180,16 @@ fn an_unprotected_service_below_capacity_serves_everything_and_the_run_names_its
 
 #[test]
 fn the_capacity_halving_is_judged_against_half_the_capacity_then_the_offered_load() {
-    let case = small(LoadShape::CapacityHalves);
+    let case = Case {
+        knee: 10,
+        ..small(LoadShape::CapacityHalves)
+    };
+    let windows = case.windows();
+    assert_eq!((windows[0].capacity, windows[0].overloaded), (0.5, true));
+    assert_eq!((windows[1].capacity, windows[1].overloaded), (1.0, false));
+    assert!(case.overloaded_at(windows[0].from) && !case.overloaded_at(windows[1].from));
     let results = run(std::slice::from_ref(&case), &["fixed knee"], 1);
     let fixed = results[0].arm("fixed knee").unwrap();
-    assert_eq!(fixed.goodput.len(), 2);
     // The fixed knee keeps the halved service busy, and serves the 0.8x once it recovers.
     assert!(
         fixed.goodput[0] > 0.9 && fixed.goodput[0] < 1.1,
@@ -204,4 +210,36 @@ fn default_meets_the_targets_on_the_reduced_family() {
         results.iter().all(|r| !r.misses.contains_key(DEFAULT)),
         "{report}"
     );
+}
+
+#[test]
+fn the_table_and_heatmaps_have_a_row_per_axis_value_and_a_column_per_arm() {
+    let cases = [small(LoadShape::Half), small(LoadShape::Step3)];
+    let results = run(&cases, &["off", "fixed knee"], 2);
+    let table = render::table(&results);
+    assert!(
+        table.contains("0.5x (1)") && table.contains("step 3x (1)"),
+        "{table}"
+    );
+    assert!(table.contains("exponential (2)"), "{table}");
+    // off serves everything at 0.5x and nothing past the collapse at 3x.
+    let half = table.lines().find(|l| l.starts_with("0.5x")).unwrap();
+    let cells: Vec<&str> = half.split_whitespace().collect();
+    assert_eq!(cells[cells.len() - 2], "100/100", "{half}");
+    let step = table.lines().find(|l| l.starts_with("step 3x")).unwrap();
+    let cells: Vec<&str> = step.split_whitespace().collect();
+    assert_eq!(cells[cells.len() - 2], "0/0", "{step}");
+    let svg = render::heatmap(&results, render::Heat::Goodput);
+    assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+    let rows: usize = render::AXES
+        .iter()
+        .map(|axis| {
+            let values: std::collections::BTreeSet<_> = cases.iter().map(axis.1).collect();
+            values.len()
+        })
+        .sum();
+    assert_eq!(svg.matches("<rect x=").count(), rows * 2);
+    let page = render::page(&results, "tidegate sim sweep --case x");
+    assert!(page.contains("```sh\ntidegate sim sweep --case x\n```"));
+    assert!(page.contains(render::GOODPUT_SVG) && page.contains(render::P99_SVG));
 }
