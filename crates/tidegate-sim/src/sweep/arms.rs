@@ -10,8 +10,8 @@
 //! The **oracle** is the best of a grid of fixed limits and queue timeouts, chosen in
 //! hindsight for each case: what an operator who knew the service and the load could set.
 //! Its grid: the limit at 0.5, 1, 1.5 and 2 times the knee, and the queue off, bounded by one
-//! work time, or by a third of the client's timeout; the winner has the best goodput (within
-//! half a percent) and, among those, the lowest p99.
+//! work time, by a third of the client's timeout, or by the timeout itself; the winner has the
+//! best goodput (within half a percent) and, among those, the lowest p99.
 
 use tidegate_core::Nanos;
 use tidegate_core::config::{LimitAlgorithm, LimitConfig, RegulatorAlgorithm, RegulatorConfig};
@@ -54,12 +54,16 @@ enum QueueWait {
     OneWork,
     /// A third of the client's timeout.
     ThirdOfTimeout,
+    /// The client's timeout: the queue turns nobody away that the client still waits for
+    /// (below capacity, where a shorter bound expires the unlucky waits of random arrivals).
+    Timeout,
 }
 
-const ORACLE_QUEUES: [QueueWait; 3] = [
+const ORACLE_QUEUES: [QueueWait; 4] = [
     QueueWait::None,
     QueueWait::OneWork,
     QueueWait::ThirdOfTimeout,
+    QueueWait::Timeout,
 ];
 
 /// The arm called `name` on `case` (the oracle is not one arm: see [`oracle_grid`]).
@@ -117,6 +121,7 @@ pub fn oracle_grid(case: &Case) -> Vec<ArmConfig> {
                     QueueWait::None => "none",
                     QueueWait::OneWork => "1W",
                     QueueWait::ThirdOfTimeout => "timeout/3",
+                    QueueWait::Timeout => "timeout",
                 };
                 format!("{ORACLE} {limit} q={q}")
             };
@@ -131,6 +136,7 @@ fn fixed(name: &str, limit: u32, wait: QueueWait, case: &Case) -> ArmConfig {
         QueueWait::None => no_queue(),
         QueueWait::OneWork => waiting(case.work()),
         QueueWait::ThirdOfTimeout => waiting(Nanos::from_nanos(case.timeout().as_nanos() / 3)),
+        QueueWait::Timeout => waiting(case.timeout()),
     };
     ArmConfig {
         name: name.to_owned(),

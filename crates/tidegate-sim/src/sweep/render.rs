@@ -336,9 +336,9 @@ pub fn page(results: &[CaseResult], command: &str) -> String {
         "Every arm runs on every case of a generated family ({} cases) on identical random \
          streams, beside the **oracle**: the best fixed limit and queue timeout for that case, \
          found in hindsight on a grid (limit 0.5, 1, 1.5, 2 x the knee; queue off, one work \
-         time, a third of the client's timeout). The family, its load shapes, the arms and \
-         the targets are described in the module docs of `crates/tidegate-sim/src/sweep/` \
-         (`family.rs`, `case.rs`, `arms.rs`, `targets.rs`).\n",
+         time, a third of the client's timeout, the timeout). The family, its load shapes, \
+         the arms and the targets are described in the module docs of \
+         `crates/tidegate-sim/src/sweep/` (`family.rs`, `case.rs`, `arms.rs`, `targets.rs`).\n",
         results.len()
     );
     let _ = writeln!(
