@@ -78,11 +78,10 @@ enum Sim {
     ///   tidegate sim run scenarios/capacity-slow.toml --duration 30s --out results/
     #[command(verbatim_doc_comment)]
     Run(sim_run::RunArgs),
-    /// Run every arm on a generated family of service shapes, beside an oracle, and check the
-    /// default's robustness targets
+    /// Run every arm on a generated family of service shapes, beside an oracle
     ///
-    /// The family crosses the work-time distribution, the knee, contention and the service's
-    /// queue, the work time, the load shape, the client timeout and the tier mix (about 580
+    /// Checks the robustness targets of `tidegate default` on every case. The family crosses the work-time distribution, the knee, contention and the service's
+    /// queue, the work time, the load shape, the client timeout and the tier mix (544
     /// cases with two seeds). Prints a table per axis (cell: worst/median goodput in percent)
     /// and the cases where `tidegate default` misses a target, with why.
     ///
