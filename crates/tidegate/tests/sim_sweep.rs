@@ -7,11 +7,11 @@
 
 use std::process::{Command, Output};
 
-fn tidegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
+/// `tidegate sim sweep --quick` with `args`: the reduced family, seconds in a debug build.
+fn quick_sweep(args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tidegate"));
+    command.args(["sim", "sweep", "--quick"]).args(args);
+    command.output().expect("the binary runs")
 }
 
 #[test]
@@ -19,10 +19,9 @@ fn a_selection_runs_only_its_cases_and_arms_and_writes_the_page() {
     let dir = std::env::temp_dir().join(format!("tidegate-sweep-{}", std::process::id()));
     let dir_arg = dir.to_string_lossy().into_owned();
     let args = [
-        "sim", "sweep", "--quick", "--case", "knee=1 ", "--arm", "off", "--arm", "oracle",
-        "--json", "--out", &dir_arg,
+        "--case", "knee=1 ", "--arm", "off", "--arm", "oracle", "--json", "--out", &dir_arg,
     ];
-    let out = tidegate(&args);
+    let out = quick_sweep(&args);
     assert!(
         out.status.success(),
         "{}",
@@ -56,14 +55,14 @@ fn a_selection_runs_only_its_cases_and_arms_and_writes_the_page() {
 
 #[test]
 fn an_unknown_arm_or_a_case_nothing_matches_is_an_error_that_says_so() {
-    let out = tidegate(&["sim", "sweep", "--quick", "--arm", "nope"]);
+    let out = quick_sweep(&["--arm", "nope"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("--arm \"nope\"") && err.contains("tidegate default"),
         "{err}"
     );
-    let out = tidegate(&["sim", "sweep", "--quick", "--case", "knee=7"]);
+    let out = quick_sweep(&["--case", "knee=7"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no case of the family matches"), "{err}");
