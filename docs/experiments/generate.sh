@@ -2,7 +2,11 @@
 # Regenerates the simulated experiments' pages: for every scenarios/NAME.toml, runs
 #   tidegate sim run scenarios/NAME.toml --out docs/experiments/NAME
 # which writes NAME.md (the scenario file's head comment, the command, the tables), the SVG
-# charts the page shows, and NAME.csv (the per-second series; not committed, see .gitignore).
+# charts the page shows, and NAME.csv (the per-second series; not committed, see .gitignore);
+# and then the robustness sweep,
+#   tidegate sim sweep --out docs/experiments/robustness
+# which writes robustness.md (the command, the tables by axis, the misses of the default),
+# the two heatmaps, robustness.txt and robustness.json (not committed, see .gitignore).
 # Deterministic: the same tree gives the same bytes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,3 +17,6 @@ for file in scenarios/*.toml; do
         { echo "tidegate sim run $file failed" >&2; exit 1; }
     echo "docs/experiments/$name/$name.md"
 done
+target/release/tidegate sim sweep --out docs/experiments/robustness >/dev/null 2>&1 ||
+    { echo "tidegate sim sweep failed" >&2; exit 1; }
+echo "docs/experiments/robustness/robustness.md"

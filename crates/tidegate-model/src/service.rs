@@ -45,6 +45,15 @@ pub enum Spread {
     Uniform,
     /// Exponential with the nominal value as its mean.
     Exponential,
+    /// Lognormal with mean 1 and `sigma` (the standard deviation of the logarithm): a long
+    /// right tail, as most measured service times have.
+    Lognormal,
+    /// Two values, scaled to mean 1: a share `fast_share` of the requests takes the fast
+    /// time, the others `slow_ratio` times as long (a cache in front of a slow store).
+    Bimodal,
+    /// Pareto with shape `alpha` (above 1, so that the mean is finite), scaled to mean 1: a
+    /// heavy tail, whose variance is infinite for `alpha` up to 2.
+    Pareto,
 }
 
 /// How the requests are spread over several instances, by whatever sits in front of them.
@@ -72,6 +81,15 @@ pub struct ServiceConfig {
     /// Half-width of the uniform spread, as a fraction of the nominal time, below 1.
     /// Default 0.2 (80% to 120%).
     pub jitter: Option<NonNegative>,
+    /// Standard deviation of the logarithm of the lognormal spread. Default 1.
+    pub sigma: Option<NonNegative>,
+    /// Share of the fast requests of the bimodal spread, between 0 and 1. Default 0.9.
+    pub fast_share: Option<NonNegative>,
+    /// How many times longer a slow request of the bimodal spread takes, at least 1.
+    /// Default 100 (1 ms and 100 ms).
+    pub slow_ratio: Option<NonNegative>,
+    /// Shape of the Pareto spread, above 1. Default 2.5.
+    pub alpha: Option<NonNegative>,
     pub pool: PoolConfig,
     pub curve: CurveConfig,
     /// Capacity changes, in time order (pool only).
@@ -164,12 +182,52 @@ impl ServiceConfig {
         self.jitter.map_or(0.2, NonNegative::get)
     }
 
+    fn sigma(&self) -> f64 {
+        self.sigma.map_or(1.0, NonNegative::get)
+    }
+
+    fn fast_share(&self) -> f64 {
+        self.fast_share.map_or(0.9, NonNegative::get)
+    }
+
+    fn slow_ratio(&self) -> f64 {
+        self.slow_ratio.map_or(100.0, NonNegative::get)
+    }
+
+    fn alpha(&self) -> f64 {
+        self.alpha.map_or(2.5, NonNegative::get)
+    }
+
     /// Checks what the parser cannot: relations between keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.jitter() >= 1.0 {
             return Err(ConfigError::new(
                 "service.jitter",
                 "must be below 1 (a work time cannot be negative)",
+            ));
+        }
+        if !(self.sigma() > 0.0 && self.sigma() <= 4.0) {
+            return Err(ConfigError::new(
+                "service.sigma",
+                "must be above 0 and at most 4 (beyond, the mean is a matter of a few draws)",
+            ));
+        }
+        if !(self.fast_share() > 0.0 && self.fast_share() < 1.0) {
+            return Err(ConfigError::new(
+                "service.fast_share",
+                "must be between 0 and 1 (both values occur)",
+            ));
+        }
+        if self.slow_ratio() < 1.0 {
+            return Err(ConfigError::new(
+                "service.slow_ratio",
+                "must be at least 1 (the slow requests are the slow ones)",
+            ));
+        }
+        if self.alpha() <= 1.0 {
+            return Err(ConfigError::new(
+                "service.alpha",
+                "must be above 1 (at 1 or below, the mean work time is infinite)",
             ));
         }
         if self.instances() > 255 {
@@ -244,6 +302,27 @@ impl ServiceConfig {
                 1.0 - jitter + 2.0 * jitter * rng.next_f64()
             }
             Spread::Exponential => -(1.0 - rng.next_f64()).ln(),
+            Spread::Lognormal => {
+                // Box-Muller: one standard normal from two uniforms (the first kept off 0).
+                let sigma = self.sigma();
+                let radius = (-2.0 * (1.0 - rng.next_f64()).ln()).sqrt();
+                let normal = radius * (std::f64::consts::TAU * rng.next_f64()).cos();
+                (sigma * normal - sigma * sigma / 2.0).exp()
+            }
+            Spread::Bimodal => {
+                let (share, ratio) = (self.fast_share(), self.slow_ratio());
+                let fast = 1.0 / (share + (1.0 - share) * ratio);
+                if rng.next_f64() < share {
+                    fast
+                } else {
+                    fast * ratio
+                }
+            }
+            Spread::Pareto => {
+                // Inverse CDF: x_m U^(-1/alpha), with x_m = (alpha - 1) / alpha for mean 1.
+                let alpha = self.alpha();
+                (alpha - 1.0) / alpha * (1.0 - rng.next_f64()).powf(-1.0 / alpha)
+            }
         }
     }
 
@@ -625,6 +704,90 @@ mod tests {
         }
     }
 
+    fn draws(config: &ServiceConfig, n: usize) -> Vec<f64> {
+        let mut rng = Rng::seed(11);
+        let mut v: Vec<f64> = (0..n).map(|_| config.draw_factor(&mut rng)).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+
+    fn mean(v: &[f64]) -> f64 {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+
+    fn spread(doc: &str) -> ServiceConfig {
+        let config: ServiceConfig = toml::from_str(doc).unwrap();
+        config.validate().unwrap();
+        config
+    }
+
+    #[test]
+    fn lognormal_has_mean_one_and_its_median() {
+        for sigma in [0.5, 1.0] {
+            let v = draws(
+                &spread(&format!("spread = \"lognormal\"\nsigma = {sigma}\n")),
+                400_000,
+            );
+            assert!((mean(&v) - 1.0).abs() < 0.01, "sigma {sigma}: {}", mean(&v));
+            // The median of a lognormal is exp(-sigma^2 / 2) when its mean is 1.
+            let median = v[v.len() / 2];
+            let expected = (-sigma * sigma / 2.0f64).exp();
+            assert!(
+                (median / expected - 1.0).abs() < 0.01,
+                "{median} vs {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn bimodal_takes_two_values_in_its_shares() {
+        let config = spread("spread = \"bimodal\"\nfast_share = 0.9\nslow_ratio = 100\n");
+        let v = draws(&config, 200_000);
+        assert!((mean(&v) - 1.0).abs() < 0.02, "{}", mean(&v));
+        let fast = 1.0 / (0.9 + 0.1 * 100.0);
+        let (fast_draws, slow_draws): (Vec<f64>, Vec<f64>) = v.iter().partition(|&&x| x < 1.0);
+        assert!(fast_draws.iter().all(|x| (x / fast - 1.0).abs() < 1e-9));
+        assert!(slow_draws.iter().all(|x| (x / fast - 100.0).abs() < 1e-6));
+        assert!((fast_draws.len() as f64 / v.len() as f64 - 0.9).abs() < 0.005);
+        // 99% / 1%: the default ratio, still mean 1.
+        let v = draws(
+            &spread("spread = \"bimodal\"\nfast_share = 0.99\n"),
+            400_000,
+        );
+        assert!((mean(&v) - 1.0).abs() < 0.03, "{}", mean(&v));
+    }
+
+    #[test]
+    fn pareto_has_mean_one_and_its_tail() {
+        for (alpha, tolerance) in [(2.5, 0.01), (1.5, 0.05)] {
+            let v = draws(
+                &spread(&format!("spread = \"pareto\"\nalpha = {alpha}\n")),
+                1_000_000,
+            );
+            assert!(
+                (mean(&v) - 1.0).abs() < tolerance,
+                "alpha {alpha}: {}",
+                mean(&v)
+            );
+            // P(X > x) = (x_m / x)^alpha: the 99th percentile is x_m 100^(1/alpha).
+            let x_m = (alpha - 1.0) / alpha;
+            let expected = x_m * 100f64.powf(1.0 / alpha);
+            let p99 = v[v.len() * 99 / 100];
+            assert!((p99 / expected - 1.0).abs() < 0.02, "{p99} vs {expected}");
+            assert!(v[0] >= x_m);
+        }
+    }
+
+    #[test]
+    fn the_files_spread_keys_still_parse_and_draw_as_before() {
+        let config = spread("spread = \"uniform\"\njitter = 0.2\n");
+        let v = draws(&config, 10_000);
+        assert!(v[0] >= 0.8 && v[v.len() - 1] <= 1.2);
+        let mut rng = Rng::seed(5);
+        let mut again = Rng::seed(5);
+        assert_eq!(config.draw_factor(&mut rng), 0.8 + 0.4 * again.next_f64());
+    }
+
     #[test]
     fn validation_names_the_key() {
         let parse = |doc: &str| toml::from_str::<ServiceConfig>(doc).unwrap();
@@ -636,6 +799,14 @@ mod tests {
         assert_eq!(err.key, "service.changes[0]");
         let err = parse("jitter = 1.5\n").validate().unwrap_err();
         assert_eq!(err.key, "service.jitter");
+        for (doc, key) in [
+            ("sigma = 0\n", "service.sigma"),
+            ("fast_share = 1\n", "service.fast_share"),
+            ("slow_ratio = 0.5\n", "service.slow_ratio"),
+            ("alpha = 1\n", "service.alpha"),
+        ] {
+            assert_eq!(parse(doc).validate().unwrap_err().key, key, "{doc}");
+        }
         let err = toml::from_str::<ServiceConfig>("[pool]\nworkers = 0\n").unwrap_err();
         assert!(err.to_string().contains("line 2"), "{err}");
         let err = toml::from_str::<ServiceConfig>("[pool]\ncontention = -1\n").unwrap_err();

@@ -107,16 +107,7 @@ impl Chart {
         let px = |x: f64| LEFT + x_axis.fraction(x) * plot_w;
         let py = |y: f64| TOP + (1.0 - y_axis.fraction(y)) * plot_h;
 
-        let mut svg = String::new();
-        let _ = write!(
-            svg,
-            r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="#ffffff"/>
-<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>
-"##,
-            LEFT + plot_w / 2.0,
-            escape(&self.title)
-        );
+        let mut svg = svg_start(WIDTH, HEIGHT, LEFT + plot_w / 2.0, &self.title);
         // Grid lines and tick labels.
         for &t in &x_axis.ticks {
             let x = px(t);
@@ -306,7 +297,19 @@ fn legend_name(name: &str) -> String {
     format!("{cut}…")
 }
 
-fn escape(text: &str) -> String {
+/// The start of a standalone SVG document `width` x `height`: a white background and
+/// `title` centred on `title_x`. The caller adds the content and `</svg>`.
+pub(crate) fn svg_start(width: f64, height: f64, title_x: f64, title: &str) -> String {
+    format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="#ffffff"/>
+<text x="{title_x}" y="22" text-anchor="middle" font-size="15">{}</text>
+"##,
+        escape(title)
+    )
+}
+
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

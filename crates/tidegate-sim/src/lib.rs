@@ -10,11 +10,15 @@
 //!   tidegate's gate between the models of `tidegate-model`.
 //! - [`replay`]: an access log's service fitted and its traffic replayed through every arm.
 //! - [`chart`]: line charts as standalone SVG files for the reports.
+//! - [`sweep`]: the robustness sweep, every arm on a generated family of service shapes and
+//!   loads, with an oracle and the targets.
 //! - [`histogram`]: a fixed-size log-linear latency histogram (memory independent of the
 //!   number of samples).
 
 pub mod chart;
 pub mod histogram;
+mod parallel;
 pub mod pdc;
 pub mod replay;
 pub mod scenario;
+pub mod sweep;

@@ -72,6 +72,11 @@ pub struct Scenario {
     pub service: ServiceConfig,
     pub load: LoadConfig,
     pub arms: Vec<ArmConfig>,
+    /// The span of each entry of the per-second series (and so the resolution of the
+    /// settling time): a second unless set in code, by the generated cases of the robustness
+    /// sweep, whose runs last a few hundred work times of 1 ms to 2 s.
+    #[serde(skip)]
+    pub series_step: Option<Nanos>,
 }
 
 fn default_seed() -> u64 {
@@ -314,6 +319,12 @@ impl Scenario {
         }
         self.load.rates = rates.iter().filter_map(|&l| NonNegative::new(l)).collect();
         Ok(())
+    }
+
+    pub(crate) fn series_step(&self) -> Nanos {
+        self.series_step
+            .filter(|step| !step.is_zero())
+            .unwrap_or(Nanos::from_secs(1))
     }
 
     pub(crate) fn end(&self) -> Time {

@@ -78,6 +78,7 @@ fn predicted_goodput(fit: &Fit, run: &RealRun) -> f64 {
         service: fit.service.clone(),
         load,
         arms: arms.into_iter().filter(|a| a.name == "off").collect(),
+        series_step: None,
     };
     scenario.validate().unwrap();
     run_all(&scenario, 1).arms[0].whole.figures.goodput_rps

@@ -7,6 +7,7 @@ mod origin;
 mod proxy;
 mod sim_replay;
 mod sim_run;
+mod sim_sweep;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,6 +95,19 @@ enum Sim {
     ///   tidegate sim replay envoy.log --format envoy --load 1x,3x --timeout 2s --json
     #[command(verbatim_doc_comment)]
     Replay(sim_replay::ReplayArgs),
+    /// Run every arm on a generated family of service shapes, beside an oracle
+    ///
+    /// Checks the robustness targets of `tidegate default` on every case. The family crosses the work-time distribution, the knee, contention and the service's
+    /// queue, the work time, the load shape, the client timeout and the tier mix (544
+    /// cases with two seeds). Prints a table per axis (cell: worst/median goodput in percent)
+    /// and the cases where `tidegate default` misses a target, with why.
+    ///
+    /// Examples:
+    ///   tidegate sim sweep --out docs/experiments/robustness
+    ///   tidegate sim sweep --quick
+    ///   tidegate sim sweep --case pareto --case "step 10x" --arm "tidegate default" --arm oracle
+    #[command(verbatim_doc_comment)]
+    Sweep(sim_sweep::SweepArgs),
 }
 
 #[derive(Debug, Args)]
@@ -179,6 +193,7 @@ fn main() -> ExitCode {
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
         Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
         Some(Command::Sim(Sim::Replay(args))) => sim_replay::replay(args),
+        Some(Command::Sim(Sim::Sweep(args))) => sim_sweep::sweep(args),
         Some(Command::Load(args)) => load::load(args),
         Some(Command::Origin(args)) => origin::origin(args),
         Some(Command::Experiment(args)) => experiment::experiment(args),

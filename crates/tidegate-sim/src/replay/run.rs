@@ -142,6 +142,7 @@ pub fn scenario(
         service: fit.service.clone(),
         load: LoadConfig::trace(times, timeout),
         arms,
+        series_step: None,
     };
     scenario.validate()?;
     Ok(scenario)

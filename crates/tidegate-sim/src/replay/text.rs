@@ -24,6 +24,19 @@ fn spread(fit: &Fit) -> String {
             fit.service.jitter.map_or(0.2, NonNegative::get)
         ),
         Spread::Exponential => "exponential".to_owned(),
+        Spread::Lognormal => format!(
+            "lognormal sigma {:.2}",
+            fit.service.sigma.map_or(1.0, NonNegative::get)
+        ),
+        Spread::Bimodal => format!(
+            "bimodal {:.0}% fast, slow {:.0}x",
+            100.0 * fit.service.fast_share.map_or(0.9, NonNegative::get),
+            fit.service.slow_ratio.map_or(100.0, NonNegative::get)
+        ),
+        Spread::Pareto => format!(
+            "pareto alpha {:.2}",
+            fit.service.alpha.map_or(2.5, NonNegative::get)
+        ),
     }
 }
 

@@ -71,34 +71,11 @@ pub fn run_all(scenario: &Scenario, jobs: usize) -> Report {
         .iter()
         .flat_map(|&p| scenario.arms.iter().map(move |arm| (p, arm)))
         .collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let jobs = jobs.clamp(1, work.len().max(1));
-    let mut done: Vec<(usize, ArmRun)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..jobs)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&(point, arm)) = work.get(i) else {
-                            break;
-                        };
-                        mine.push((i, run_arm(scenario, arm, point)));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
-    done.sort_by_key(|(i, _)| *i);
+    let arms = crate::parallel::map(&work, jobs, |&(point, arm)| run_arm(scenario, arm, point));
     Report {
         scenario: scenario.name.clone(),
         seed: scenario.seed,
-        arms: done.into_iter().map(|(_, run)| run).collect(),
+        arms,
     }
 }
 
@@ -265,7 +242,7 @@ impl<'a> Run<'a> {
             deadline_timer: NOT_PENDING,
             second_end: NOT_PENDING,
             next_second: 1,
-            seconds: (scenario.duration.as_nanos() / 1_000_000_000)
+            seconds: (scenario.duration.as_nanos() / scenario.series_step().as_nanos())
                 .try_into()
                 .unwrap_or(u32::MAX),
             first_second: 0,
@@ -346,7 +323,8 @@ impl<'a> Run<'a> {
             return NOT_PENDING;
         }
         let s = u64::from(s);
-        due(Time::ZERO + Nanos::from_secs(s), self.first_second + s - 1)
+        let end = Nanos::from_nanos(self.scenario.series_step().as_nanos().saturating_mul(s));
+        due(Time::ZERO + end, self.first_second + s - 1)
     }
 
     /// Handles the events in `(time, sequence)` order until none is left, or the clients
@@ -815,11 +793,12 @@ impl<'a> Run<'a> {
         let total = self.scenario.duration.as_secs_f64();
         let steady_secs = (self.scenario.duration - self.scenario.warmup).as_secs_f64();
         let warmup_s = self.scenario.warmup.as_secs_f64();
+        let step_s = self.scenario.series_step().as_secs_f64();
         let mean_limit = |from: f64| {
             let limits: Vec<f64> = self
                 .series
                 .iter()
-                .filter(|s| f64::from(s.second) > from)
+                .filter(|s| f64::from(s.second) * step_s > from)
                 .filter_map(|s| s.limit.map(f64::from))
                 .collect();
             (!limits.is_empty()).then(|| limits.iter().sum::<f64>() / limits.len() as f64)
@@ -832,7 +811,7 @@ impl<'a> Run<'a> {
             .scenario
             .overload_at
             .zip(steady.limit)
-            .and_then(|(at, settled)| settle_time(&self.series, at.as_secs_f64(), settled));
+            .and_then(|(at, settled)| settle_time(&self.series, step_s, at.as_secs_f64(), settled));
         ArmRun {
             name: self.arm.name.clone(),
             load_rps: self.load_rps,
@@ -856,11 +835,12 @@ fn waiter(table: &[u32], attempts: &[Attempt], ticket: Ticket) -> Option<u32> {
 /// Seconds from `from` until the limit stays within 20% of `settled` for the rest of the run;
 /// `None` if it never does. The limit is read as the median of the 5 per-second values around
 /// each second, so that a probe (Autotune lowers the limit by a quarter for one window every
-/// few seconds, by design) or one exploration step does not count as unsettled.
-fn settle_time(series: &[Second], from: f64, settled: f64) -> Option<f64> {
+/// few seconds, by design) or one exploration step does not count as unsettled. The entries
+/// of the series are `step_s` seconds each (a second for a scenario file).
+pub(crate) fn settle_time(series: &[Second], step_s: f64, from: f64, settled: f64) -> Option<f64> {
     let after: Vec<(u32, f64)> = series
         .iter()
-        .filter(|s| f64::from(s.second) > from)
+        .filter(|s| f64::from(s.second) * step_s > from)
         .filter_map(|s| s.limit.map(|l| (s.second, f64::from(l))))
         .collect();
     let median = |k: usize| {
@@ -874,7 +854,7 @@ fn settle_time(series: &[Second], from: f64, settled: f64) -> Option<f64> {
     let mut first = None;
     for k in (0..after.len()).rev() {
         if (median(k) - settled).abs() <= 0.2 * settled {
-            first = Some(f64::from(after[k].0) - from);
+            first = Some(f64::from(after[k].0) * step_s - from);
         } else {
             break;
         }

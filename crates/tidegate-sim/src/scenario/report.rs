@@ -193,7 +193,8 @@ pub struct Summary {
 /// these is what the charts are drawn from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Second {
-    /// The second's end, in seconds from the start.
+    /// The second's end, in seconds from the start (in series steps, for a scenario built in
+    /// code with a `series_step` other than a second).
     pub second: u32,
     pub offered: u64,
     pub ok: u64,

@@ -232,8 +232,14 @@ fn settling_is_measured_from_the_overload_start() {
         })
         .collect();
     // From second 5 on, the median of five is within 20% of 20; the lone 15 is a probe.
-    assert_eq!(settle_time(&series, 1.0, 20.0), Some(4.0));
-    assert_eq!(settle_time(&series, 1.0, 100.0), None);
+    assert_eq!(settle_time(&series, 1.0, 1.0, 20.0), Some(4.0));
+    assert_eq!(settle_time(&series, 1.0, 1.0, 100.0), None);
+    // The same series in steps of 10 ms: the same entries, in hundredths of the time.
+    let settled = settle_time(&series, 0.01, 0.01, 20.0);
+    assert!(
+        settled.is_some_and(|s| (s - 0.04).abs() < 1e-12),
+        "{settled:?}"
+    );
 }
 
 /// The median and the 99th percentile of a second are the samples of rank `ceil(q * n)` in

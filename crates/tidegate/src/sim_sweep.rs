@@ -1,0 +1,115 @@
+//! `tidegate sim sweep`: every arm on the generated family of service shapes, beside the
+//! oracle, judged by the robustness targets.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use tidegate_sim::sweep::arms::{ARMS, DEFAULT};
+use tidegate_sim::sweep::family::{Family, family};
+use tidegate_sim::sweep::render::{self, GOODPUT_SVG, Heat, P99_SVG};
+use tidegate_sim::sweep::run;
+
+#[derive(Debug, Args)]
+pub(crate) struct SweepArgs {
+    /// The reduced family (about 35 cases, one seed, knees up to 10): seconds in a debug
+    /// build, for CI and quick looks.
+    #[arg(long)]
+    quick: bool,
+    /// Seeds per shape of the full family (the reduced one runs one).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=100))]
+    seeds: u64,
+    /// Run only this arm (and the oracle's grid for `oracle`); repeat for several.
+    #[arg(long = "arm", value_name = "NAME")]
+    arms: Vec<String>,
+    /// Run only the cases whose name contains this text (e.g. "pareto", "knee=500",
+    /// "step 10x", "2-tiers", "seed=1"); repeat to keep the cases that contain them all.
+    #[arg(long = "case", value_name = "TEXT")]
+    cases: Vec<String>,
+    /// Print the results as JSON (every case, arm and miss) instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Also write into this directory (created if needed) robustness.md (the page: command,
+    /// tables, heatmaps, the misses of the default), robustness.txt (the tables),
+    /// robustness.json and the two heatmaps as SVG.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Threads for the runs [default: the available cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: Option<u16>,
+}
+
+pub(crate) fn sweep(args: SweepArgs) -> anyhow::Result<()> {
+    if let Some(unknown) = args.arms.iter().find(|a| !ARMS.contains(&a.as_str())) {
+        bail!(
+            "--arm {unknown:?}: no such arm (the arms: {})",
+            ARMS.join(", ")
+        );
+    }
+    let arms: Vec<&str> = if args.arms.is_empty() {
+        ARMS.to_vec()
+    } else {
+        ARMS.iter()
+            .copied()
+            .filter(|a| args.arms.iter().any(|b| b == a))
+            .collect()
+    };
+    let which = if args.quick {
+        Family::Reduced
+    } else {
+        Family::Full
+    };
+    let cases: Vec<_> = family(which, args.seeds)
+        .into_iter()
+        .filter(|c| {
+            let name = c.name();
+            args.cases.iter().all(|text| name.contains(text.as_str()))
+        })
+        .collect();
+    if cases.is_empty() {
+        bail!("--case {:?}: no case of the family matches", args.cases);
+    }
+    let jobs = args.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, usize::from),
+        usize::from,
+    );
+    let started = Instant::now();
+    let results = run(&cases, &arms, jobs);
+    eprintln!(
+        "{} cases x {} arms in {:.1} s",
+        results.len(),
+        arms.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", render::table(&results));
+        if arms.contains(&DEFAULT) {
+            println!("{}", render::misses(&results, DEFAULT, 30));
+        }
+    }
+    if let Some(dir) = args.out {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let files = [
+            (
+                "robustness.md",
+                render::page(&results, &crate::sim_run::command_line()),
+            ),
+            ("robustness.txt", render::table(&results)),
+            (
+                "robustness.json",
+                serde_json::to_string_pretty(&results)? + "\n",
+            ),
+            (GOODPUT_SVG, render::heatmap(&results, Heat::Goodput)),
+            (P99_SVG, render::heatmap(&results, Heat::P99)),
+        ];
+        for (name, text) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
