@@ -25,9 +25,9 @@ use tidegate_sim::scenario::{Scenario, header_comment};
 /// they are, so the service and its protection are the same, with less time to settle.
 ///
 /// Examples:
-///   tidegate experiment scenarios/capacity-slow.toml --time-scale 5 --arms off
-///   tidegate experiment scenarios/kanaloa-positive.toml --time-scale 3 --arms off,"tidegate default"
-///   tidegate experiment scenarios/rsocket-leases.toml --arms off,"lease 100","lease 30"
+///   tidegate experiment scenarios/capacity-slow.toml --time-scale 5 --arm off
+///   tidegate experiment scenarios/kanaloa-positive.toml --time-scale 3 --arm off --arm "tidegate default"
+///   tidegate experiment scenarios/rsocket-leases.toml --arms "off,lease 100,lease 30"
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct ExperimentArgs {
@@ -39,8 +39,14 @@ pub(crate) struct ExperimentArgs {
     /// Or shorten the schedule to last this long: 30s, 2m, ...
     #[arg(long, value_parser = crate::parse_duration)]
     duration: Option<Nanos>,
-    /// Only these arms, comma-separated names.
-    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    /// Run only the arm of this name; repeat for several, or give a comma-separated list
+    /// (--arms is the same flag).
+    #[arg(
+        long = "arm",
+        visible_alias = "arms",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
     arms: Vec<String>,
     /// Only this load point of a sweep (requests per second); repeat for several.
     #[arg(long = "load", value_name = "RPS")]
@@ -57,7 +63,7 @@ pub(crate) fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     let selection = Selection {
         time_scale: args.time_scale,
         duration: args.duration,
-        arms: args.arms.iter().map(|a| a.trim().to_owned()).collect(),
+        arms: crate::sim_run::trimmed(&args.arms),
         loads: args.loads.clone(),
     };
     let scenario = experiment::prepare(&args.file, &selection)?;

@@ -1,6 +1,7 @@
 //! The `tidegate` command line.
 
 mod demo;
+mod error_line;
 mod experiment;
 mod load;
 mod origin;
@@ -21,10 +22,10 @@ use tidegate_sim::pdc::{DEFAULT_MULTIPLIER, PdcConfig, ProcessKind};
 /// much the service can do in parallel, queues a little, and turns the rest away early, lowest
 /// priority first.
 #[derive(Debug, Parser)]
-#[command(name = "tidegate", version)]
+#[command(name = "tidegate", version, arg_required_else_help = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Debug, Subcommand)]
@@ -158,19 +159,18 @@ fn parse_multiplier(s: &str) -> Result<f64, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => Ok(()),
-        Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
-        Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
-        Some(Command::Load(args)) => load::load(args),
-        Some(Command::Origin(args)) => origin::origin(args),
-        Some(Command::Experiment(args)) => experiment::experiment(args),
-        Some(Command::Demo(args)) => demo::demo(args),
-        Some(Command::Proxy(args)) => proxy::run(args),
+        Command::Sim(Sim::Pdc(args)) => pdc(args),
+        Command::Sim(Sim::Run(args)) => sim_run::run(args),
+        Command::Load(args) => load::load(args),
+        Command::Origin(args) => origin::origin(args),
+        Command::Experiment(args) => experiment::experiment(args),
+        Command::Demo(args) => demo::demo(args),
+        Command::Proxy(args) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_line::error_line(&e));
             ExitCode::FAILURE
         }
     }
