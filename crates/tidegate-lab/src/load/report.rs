@@ -100,6 +100,9 @@ pub struct Finished {
     pub shed: u64,
     pub timed_out: u64,
     pub errors: u64,
+    /// Responses with an HTTP status, whatever the status: 0 while nothing at the address
+    /// has answered at all.
+    pub answered: u64,
 }
 
 impl Recorder {
@@ -173,14 +176,20 @@ impl Recorder {
     }
 
     pub(crate) fn finished(&self) -> Finished {
-        self.slots
-            .iter()
-            .fold(Finished::default(), |f, t| Finished {
+        let answered = self.statuses.values().sum();
+        self.slots.iter().fold(
+            Finished {
+                answered,
+                ..Finished::default()
+            },
+            |f, t| Finished {
                 ok: f.ok + t.ok,
                 shed: f.shed + t.shed,
                 timed_out: f.timed_out + t.timed_out,
                 errors: f.errors + t.errors,
-            })
+                answered: f.answered,
+            },
+        )
     }
 }
 
