@@ -390,7 +390,7 @@ impl Completion {
         upstream.metrics.error(kind);
         upstream
             .health
-            .failure(self.pick.probe, self.shared.now(), &upstream.metrics);
+            .failure(self.pick.probe, self.shared.now(), &upstream.metrics, kind);
         self.pick.probe = false;
     }
 

@@ -26,7 +26,12 @@ const WITH: &str = "tidegate default";
 /// nothing of the service's capacity. It prints what the clients got (goodput, latency,
 /// requests turned away) with the simulator's prediction beside each figure, and writes
 /// charts and a page into --out.
+///
+/// Examples:
+///   tidegate demo
+///   tidegate demo --duration 2m --out /tmp/demo
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub(crate) struct DemoArgs {
     /// How long the two runs take together (half each); add a few seconds for the
     /// unprotected run's last requests to come back. The default ends within a minute.

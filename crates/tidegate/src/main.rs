@@ -4,6 +4,7 @@ mod demo;
 mod error_line;
 mod experiment;
 mod load;
+mod logging;
 mod origin;
 mod proxy;
 mod sim_run;
