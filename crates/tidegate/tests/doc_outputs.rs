@@ -80,7 +80,9 @@ fn output_of(command: &str) -> String {
 /// `None` when no line is.
 fn excerpt(output: &str, first: &str, paragraphs: usize) -> Option<Vec<String>> {
     let lines: Vec<&str> = output.lines().collect();
-    let start = lines.iter().position(|l| l.trim_end() == first.trim_end())?;
+    let start = lines
+        .iter()
+        .position(|l| l.trim_end() == first.trim_end())?;
     let mut taken = Vec::new();
     let mut seen = 1;
     for line in &lines[start..] {
@@ -223,7 +225,10 @@ fn generated_experiment_pages_are_what_sim_run_prints() {
             stale.push(format!("{} (`{command}`)", page.display()));
         }
     }
-    assert!(checked >= 5, "the generated pages were not found in {dir:?}");
+    assert!(
+        checked >= 5,
+        "the generated pages were not found in {dir:?}"
+    );
     assert!(
         stale.is_empty(),
         "pages whose tables differ from what their command prints today (regenerate them \
@@ -236,14 +241,26 @@ fn generated_experiment_pages_are_what_sim_run_prints() {
 fn command_lines_split_as_a_shell_does() {
     assert_eq!(
         words(r#"tidegate sim run x.toml --arm "tidegate default" --arms 'a,b c'"#),
-        ["tidegate", "sim", "run", "x.toml", "--arm", "tidegate default", "--arms", "a,b c"]
+        [
+            "tidegate",
+            "sim",
+            "run",
+            "x.toml",
+            "--arm",
+            "tidegate default",
+            "--arms",
+            "a,b c"
+        ]
     );
 }
 
 #[test]
 fn an_excerpt_is_whole_paragraphs_from_its_first_line() {
     let output = "a (whole)\nx 1\n\nb (steady)\ny 2\n\nc\n";
-    assert_eq!(excerpt(output, "b (steady)", 1).unwrap(), ["b (steady)", "y 2"]);
+    assert_eq!(
+        excerpt(output, "b (steady)", 1).unwrap(),
+        ["b (steady)", "y 2"]
+    );
     assert_eq!(
         excerpt(output, "a (whole)", 2).unwrap(),
         ["a (whole)", "x 1", "", "b (steady)", "y 2"]
