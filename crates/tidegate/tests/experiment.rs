@@ -28,7 +28,7 @@ fn a_short_run_prints_json_beside_the_simulator_and_writes_its_files() {
         "experiment",
         SCENARIO,
         "--duration",
-        "3s",
+        "6s",
         "--arms",
         "off",
         "--json",
@@ -41,7 +41,9 @@ fn a_short_run_prints_json_beside_the_simulator_and_writes_its_files() {
     assert_eq!(json["scenario"], "capacity-baseline");
     let run = &json["runs"][0];
     assert_eq!(run["arm"], "off");
-    // 5 rps for 3 s at 1 s of work: every request served in about a second, on both sides.
+    // A progress line every 5 s of a run.
+    assert!(stderr.contains("off: 5s of 6s: sent "), "{stderr}");
+    // 5 rps for 6 s at 1 s of work: every request served in about a second, on both sides.
     assert_eq!(run["real"]["whole"]["offered_rps"], 5.0);
     for side in [&run["real"]["whole"], &run["sim"]] {
         let offered = side["offered_rps"].as_f64().unwrap();
