@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use tidegate_sim::chart::{Chart, Scale};
+use tidegate_sim::chart::{Chart, Pen, Scale};
 use tidegate_sim::scenario::NamedChart;
 use tidegate_sim::scenario::report::Figures;
 
@@ -317,7 +317,7 @@ impl ExperimentReport {
                         label,
                     )
                 };
-                for arm in self.arm_names() {
+                for (index, arm) in self.arm_names().into_iter().enumerate() {
                     let runs: Vec<&Comparison> =
                         self.runs.iter().filter(|r| r.arm == arm).collect();
                     let real = runs
@@ -328,7 +328,7 @@ impl ExperimentReport {
                         .iter()
                         .map(|r| (r.load_rps, pick(&r.sim.steady.figures).unwrap_or(f64::NAN)))
                         .collect();
-                    chart = real_and_sim(chart, arm, real, sim);
+                    chart = real_and_sim(chart, (index, arm), real, sim);
                 }
                 chart
             };
@@ -372,12 +372,17 @@ impl ExperimentReport {
             "second",
             "requests",
         );
+        let names = self.arm_names();
         for run in top_runs {
+            let arm = (
+                names.iter().position(|n| *n == run.arm).unwrap_or(0),
+                run.arm.as_str(),
+            );
             let sim = &run.sim.series;
             if let Some(gates) = &run.real.gate_series {
                 limit = real_and_sim(
                     limit,
-                    &run.arm,
+                    arm,
                     gates
                         .iter()
                         .map(|g| (f64::from(g.second), g.limit as f64))
@@ -390,7 +395,7 @@ impl ExperimentReport {
             let real = &run.real.report.per_second;
             goodput = real_and_sim(
                 goodput,
-                &run.arm,
+                arm,
                 // By the second the answers ended, as the simulator counts its series: by
                 // send second, the unprotected side's late answers would pile up above the
                 // service's capacity.
@@ -403,7 +408,7 @@ impl ExperimentReport {
             );
             latency = real_and_sim(
                 latency,
-                &run.arm,
+                arm,
                 real.iter()
                     .map(|s| {
                         let p99 = if s.ok > 0 { s.p99_ms } else { f64::NAN };
@@ -461,8 +466,29 @@ impl ExperimentReport {
 
 /// Adds an arm's two lines to `chart`: `ARM real` and `ARM sim`, the names every lab chart
 /// gives them (the default arm's real line is emphasised by that name).
-fn real_and_sim(chart: Chart, arm: &str, real: Vec<(f64, f64)>, sim: Vec<(f64, f64)>) -> Chart {
+/// An arm's real line and, dashed in the same colour, its simulated one; `index` is the
+/// arm's place in the report, which gives it the same colour in every chart.
+fn real_and_sim(
+    chart: Chart,
+    (index, arm): (usize, &str),
+    real: Vec<(f64, f64)>,
+    sim: Vec<(f64, f64)>,
+) -> Chart {
     chart
-        .line(&format!("{arm} real"), real)
-        .line(&format!("{arm} sim"), sim)
+        .line_with(
+            &format!("{arm} real"),
+            Pen::Arm {
+                index,
+                dashed: false,
+            },
+            real,
+        )
+        .line_with(
+            &format!("{arm} sim"),
+            Pen::Arm {
+                index,
+                dashed: true,
+            },
+            sim,
+        )
 }

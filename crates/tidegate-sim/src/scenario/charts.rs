@@ -7,7 +7,7 @@
 //! where the arms differ most.
 
 use super::report::{ArmRun, Report, Second};
-use crate::chart::{Chart, Scale, Series};
+use crate::chart::{Chart, Pen, Scale, Series};
 
 /// The arm every chart emphasises.
 const DEFAULT_ARM: &str = "tidegate default";
@@ -61,7 +61,7 @@ impl Report {
                     .iter()
                     .map(|s| (f64::from(s.second), value(s).unwrap_or(f64::NAN)))
                     .collect();
-                chart = chart.line(&run.name, points);
+                chart = chart.line_with(&run.name, self.pen(&run.name), points);
             }
             chart
         };
@@ -77,6 +77,7 @@ impl Report {
                 0,
                 Series {
                     emphasis: false,
+                    pen: Pen::Reference,
                     name: "offered".to_owned(),
                     points: first
                         .series
@@ -114,14 +115,28 @@ impl Report {
         loads
     }
 
-    /// A steady-state figure against the offered rate, a line per arm.
-    fn by_load(&self, y_label: &str, value: fn(&ArmRun) -> Option<f64>, scale: Scale) -> Chart {
+    /// The arms' names, each once, in the report's order.
+    fn arm_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
         for run in &self.arms {
             if !names.contains(&run.name.as_str()) {
                 names.push(&run.name);
             }
         }
+        names
+    }
+
+    /// The arm's colour: by its place among the report's arms, the same in every chart.
+    fn pen(&self, arm: &str) -> Pen {
+        Pen::Arm {
+            index: self.arm_names().iter().position(|n| *n == arm).unwrap_or(0),
+            dashed: false,
+        }
+    }
+
+    /// A steady-state figure against the offered rate, a line per arm.
+    fn by_load(&self, y_label: &str, value: fn(&ArmRun) -> Option<f64>, scale: Scale) -> Chart {
+        let names = self.arm_names();
         let mut chart = Chart {
             y_scale: scale,
             markers: true,
@@ -138,7 +153,7 @@ impl Report {
                 .filter(|r| r.name == name)
                 .map(|r| (r.steady.figures.offered_rps, value(r).unwrap_or(f64::NAN)))
                 .collect();
-            chart = chart.line(name, points);
+            chart = chart.line_with(name, self.pen(name), points);
         }
         chart
     }
