@@ -116,10 +116,28 @@ fn json_has_an_entry_per_arm_and_load_point_and_out_writes_the_series() {
     assert_eq!(
         lines.next(),
         Some(
-            "arm,load,second,offered,ok,shed,expired,timed_out,p50_ms,p99_ms,limit,inflight,queued,drop_p"
+            "arm,load,second,offered,ok,shed,expired,timed_out,p50_ms,p99_ms,limit,inflight,queued,drop_p,ok_tier1,ok_tier5"
         )
     );
-    assert_eq!(lines.count(), 4 * 5, "a row per second of each run");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4 * 5, "a row per second of each run");
+    for row in &rows {
+        let number = |i: usize| row[i].parse::<u64>().unwrap();
+        assert_eq!(
+            number(4),
+            number(14) + number(15),
+            "ok is the tiers' sum: {row:?}"
+        );
+    }
+    // Tiers are the scenario's point: steady goodput per tier by load, a line per arm.
+    for tier in [1, 5] {
+        let svg = std::fs::read_to_string(
+            dir.join(format!("cinnamon-tiers-goodput-by-load-tier{tier}.svg")),
+        )
+        .unwrap();
+        assert!(svg.contains(&format!("goodput of tier {tier}")), "{svg}");
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+    }
     // A sweep gets charts by load, a line per arm, and time charts at its highest load.
     for what in [
         "goodput-by-load",

@@ -33,14 +33,31 @@ impl Report {
                 "goodput-by-load",
                 self.by_load(
                     "goodput (ok/s)",
-                    |r| Some(r.steady.figures.goodput_rps),
+                    &|r| Some(r.steady.figures.goodput_rps),
                     Scale::Linear,
                 ),
             ));
             charts.push(named(
                 "p99-by-load",
-                self.by_load("p99 latency (ms)", |r| r.steady.figures.p99_ms, Scale::Log),
+                self.by_load("p99 latency (ms)", &|r| r.steady.figures.p99_ms, Scale::Log),
             ));
+        }
+        // Tiers are the point of a tiered scenario: goodput per tier, by load for a sweep,
+        // over time otherwise (then below, with the other time charts).
+        let tiers = self.tiers();
+        let tiered = tiers.len() > 1;
+        if tiered && loads.len() > 1 {
+            for &tier in &tiers {
+                let key = tier.to_string();
+                charts.push(named(
+                    &format!("goodput-by-load-tier{tier}"),
+                    self.by_load(
+                        &format!("goodput of tier {tier} (ok/s)"),
+                        &|r| r.steady.tiers.get(&key).map(|f| f.goodput_rps),
+                        Scale::Linear,
+                    ),
+                ));
+            }
         }
         let top = loads.last().copied().unwrap_or_default();
         let runs: Vec<&ArmRun> = self.arms.iter().filter(|r| r.load_rps == top).collect();
@@ -88,6 +105,27 @@ impl Report {
             );
         }
         charts.push(named("goodput", goodput));
+        if tiered && loads.len() == 1 {
+            for &tier in &tiers {
+                let mut chart = Chart::new(
+                    &format!("{}: goodput of tier {tier} (ok/s){at}", self.scenario),
+                    "second",
+                    "requests/s",
+                );
+                for run in &runs {
+                    let points = run
+                        .series
+                        .iter()
+                        .map(|s| {
+                            let ok = s.ok_by_tier[usize::from(tier)] as f64;
+                            (f64::from(s.second), ok)
+                        })
+                        .collect();
+                    chart = chart.line_with(&run.name, self.pen(&run.name), points);
+                }
+                charts.push(named(&format!("goodput-tier{tier}"), chart));
+            }
+        }
         charts.push(named(
             "limit",
             over_time("concurrency limit (all instances)", "requests", |s| {
@@ -135,7 +173,12 @@ impl Report {
     }
 
     /// A steady-state figure against the offered rate, a line per arm.
-    fn by_load(&self, y_label: &str, value: fn(&ArmRun) -> Option<f64>, scale: Scale) -> Chart {
+    fn by_load(
+        &self,
+        y_label: &str,
+        value: &dyn Fn(&ArmRun) -> Option<f64>,
+        scale: Scale,
+    ) -> Chart {
         let names = self.arm_names();
         let mut chart = Chart {
             y_scale: scale,
