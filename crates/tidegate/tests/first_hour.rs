@@ -8,27 +8,11 @@
     reason = "test helpers on the repository's own files"
 )]
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn tidegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use std::process::Output;
 
-fn scenario(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(format!("{name}.toml"))
-        .display()
-        .to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use common::{scenario, stderr, tidegate};
 
 /// The error a command ended with: exit code 1, and `error:` once on stderr.
 fn failed_once(out: &Output) -> String {

@@ -166,31 +166,36 @@ fn a_port_in_use_is_named() {
     assert!(err.to_lowercase().contains("in use"), "{err}");
 }
 
+/// `tidegate proxy` with `args`, on free ports and one thread, and its stderr line by line.
+fn spawn_proxy(args: &[&str]) -> (std::process::Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .arg("proxy")
+        .args(args)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let (lines_tx, lines) = mpsc::channel();
+    let stderr = child.stderr.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    (child, lines)
+}
+
 #[test]
 fn sigterm_and_sigint_drain_and_exit_zero() {
     for signal in ["TERM", "INT"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidegate"))
-            .args([
-                "proxy",
-                "--upstream",
-                "http://127.0.0.1:3000",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--threads",
-                "1",
-            ])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary runs");
-        let (lines_tx, lines) = mpsc::channel();
-        let stderr = child.stderr.take().expect("piped");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
+        let (mut child, lines) = spawn_proxy(&["--upstream", "http://127.0.0.1:3000"]);
         let started = lines
             .recv_timeout(Duration::from_secs(10))
             .expect("a startup line");
@@ -276,32 +281,14 @@ fn an_upstream_ejected_and_recovered_is_logged_once_each_as_json() {
         "ejection.toml",
         "[ejection]\nconsecutive_failures = 3\nbase_time = \"300ms\"\nmax_time = \"300ms\"\n",
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args([
-            "proxy",
-            "--config",
-            config.to_str().expect("UTF-8 path"),
-            "--upstream",
-            &format!("http://127.0.0.1:{port}"),
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--threads",
-            "1",
-            "--log-format",
-            "json",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    let (lines_tx, lines) = mpsc::channel();
-    let stderr = child.stderr.take().expect("piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let (mut child, lines) = spawn_proxy(&[
+        "--config",
+        config.to_str().expect("UTF-8 path"),
+        "--upstream",
+        &format!("http://127.0.0.1:{port}"),
+        "--log-format",
+        "json",
+    ]);
     let started: serde_json::Value = serde_json::from_str(
         &lines
             .recv_timeout(Duration::from_secs(10))
