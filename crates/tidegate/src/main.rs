@@ -23,7 +23,14 @@ use tidegate_sim::pdc::{DEFAULT_MULTIPLIER, PdcConfig, ProcessKind};
 /// much the service can do in parallel, queues a little, and turns the rest away early, lowest
 /// priority first.
 #[derive(Debug, Parser)]
-#[command(name = "tidegate", version, arg_required_else_help = true)]
+#[command(
+    name = "tidegate",
+    version,
+    arg_required_else_help = true,
+    after_help = "Start with `tidegate demo`: an overloaded service on 127.0.0.1, without and \
+                  with tidegate, in under a minute. `tidegate COMMAND --help` says what a \
+                  command does, with examples."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,14 +38,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    Demo(demo::DemoArgs),
+    Proxy(proxy::ProxyArgs),
     /// Run a model in virtual time (deterministic from a seed).
     #[command(subcommand)]
     Sim(Sim),
     Load(load::LoadArgs),
     Origin(origin::OriginArgs),
     Experiment(experiment::ExperimentArgs),
-    Demo(demo::DemoArgs),
-    Proxy(proxy::ProxyArgs),
 }
 
 #[derive(Debug, Subcommand)]
