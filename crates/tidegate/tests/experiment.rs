@@ -87,3 +87,50 @@ fn bad_selections_name_the_culprit() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_tiered_scenario_has_an_ok_column_per_tier_on_both_sides() {
+    let dir =
+        std::env::temp_dir().join(format!("tidegate-experiment-tiers-{}", std::process::id()));
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/cinnamon-tiers.toml"
+    );
+    let out = tidegate(&[
+        "experiment",
+        file,
+        "--duration",
+        "3s",
+        "--load",
+        "200",
+        "--arm",
+        "off",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(dir.join("cinnamon-tiers-lab.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(
+        header[header.len() - 2..],
+        ["ok_tier1", "ok_tier5"],
+        "{csv}"
+    );
+    let mut sides = Vec::new();
+    for line in lines {
+        let row: Vec<&str> = line.split(',').collect();
+        let count = |column: &str| {
+            let i = header.iter().position(|h| *h == column).unwrap();
+            row[i].parse::<u64>().unwrap()
+        };
+        assert_eq!(count("ok"), count("ok_tier1") + count("ok_tier5"), "{line}");
+        sides.push(row[2].to_owned());
+    }
+    assert!(sides.contains(&"real".to_owned()) && sides.contains(&"sim".to_owned()));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -187,10 +187,26 @@ impl ExperimentReport {
     /// simulator's as its own series has them (a static lease's allowance as its limit, and
     /// as in flight the requests in the service, working or in its queue, where the real
     /// side counts those past the gate and not yet answered).
+    ///
+    /// With a mix of several tiers, `ok_tier{T}` columns follow: each tier's ok responses.
     pub fn csv(&self) -> String {
+        // The tiers of the load's mix, in its order (the order of the real side's
+        // `ok_by_tier`); the simulator's are by tier number.
+        let tiers: Vec<u8> = self
+            .runs
+            .first()
+            .map(|r| r.real.report.tiers.iter().filter_map(|t| t.tier).collect())
+            .unwrap_or_default();
+        let tiered = tiers.len() > 1;
         let mut out = String::from(
-            "arm,load,side,second,offered,ok,shed,timed_out,p50_ms,p99_ms,limit,inflight,queued\n",
+            "arm,load,side,second,offered,ok,shed,timed_out,p50_ms,p99_ms,limit,inflight,queued",
         );
+        if tiered {
+            for tier in &tiers {
+                let _ = write!(out, ",ok_tier{tier}");
+            }
+        }
+        out.push('\n');
         let field = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v}"));
         let whole = |x: Option<u64>| x.map_or_else(String::new, |v| v.to_string());
         let name = |s: &str| {
@@ -204,7 +220,7 @@ impl ExperimentReport {
             for s in &run.real.report.per_second {
                 let latency = |v: f64| (s.ok > 0).then_some(v);
                 let gates = run.real.gate_at(s.second + 1);
-                let _ = writeln!(
+                let _ = write!(
                     out,
                     "{},{},real,{},{},{},{},{},{},{},{},{},{}",
                     name(&run.arm),
@@ -220,9 +236,15 @@ impl ExperimentReport {
                     whole(gates.map(|g| g.inflight)),
                     whole(gates.map(|g| g.queued)),
                 );
+                if tiered {
+                    for i in 0..tiers.len() {
+                        let _ = write!(out, ",{}", s.ok_by_tier.get(i).copied().unwrap_or(0));
+                    }
+                }
+                out.push('\n');
             }
             for s in &run.sim.series {
-                let _ = writeln!(
+                let _ = write!(
                     out,
                     "{},{},sim,{},{},{},{},{},{},{},{},{},{}",
                     name(&run.arm),
@@ -238,6 +260,12 @@ impl ExperimentReport {
                     s.inflight,
                     s.queued,
                 );
+                if tiered {
+                    for &tier in &tiers {
+                        let _ = write!(out, ",{}", s.ok_by_tier[usize::from(tier)]);
+                    }
+                }
+                out.push('\n');
             }
         }
         out
