@@ -127,6 +127,9 @@ fn check_supported(scenario: &Scenario) -> Result<(), ExperimentError> {
     if scenario.load.arrivals == ModelArrivals::Closed {
         return unsupported("a closed-loop client (load.arrivals = \"closed\")");
     }
+    if scenario.load.arrivals == ModelArrivals::Trace {
+        return unsupported("a recorded trace (load.arrivals = \"trace\")");
+    }
     if scenario.load.retries.max > 0 {
         return unsupported("retries (load.retries)");
     }
@@ -476,7 +479,9 @@ pub fn load_config(
     Ok(LoadConfig {
         arrivals: match load.arrivals {
             ModelArrivals::Constant => Arrivals::Constant,
-            ModelArrivals::Poisson | ModelArrivals::Closed => Arrivals::Poisson,
+            ModelArrivals::Poisson | ModelArrivals::Closed | ModelArrivals::Trace => {
+                Arrivals::Poisson
+            }
         },
         timeout: load.timeout,
         tiers,

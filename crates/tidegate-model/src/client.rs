@@ -34,6 +34,8 @@ pub enum Arrivals {
     Poisson,
     /// `workers` callers in a loop; no rate.
     Closed,
+    /// At the listed `times`, from the start of the run (a recorded arrival process).
+    Trace,
 }
 
 /// `[load]`: the clients of a scenario.
@@ -52,6 +54,9 @@ pub struct LoadConfig {
     pub phases: Vec<Phase>,
     /// Callers of a closed loop.
     pub workers: Option<NonZeroU32>,
+    /// The arrival times of `arrivals = "trace"`, from the start of the run, increasing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub times: Vec<Nanos>,
     /// A closed-loop caller's pause between an outcome and its next request. Default 0s.
     #[serde(default)]
     pub think: Nanos,
@@ -119,6 +124,26 @@ impl RetryConfig {
 }
 
 impl LoadConfig {
+    /// Clients that send at recorded `times` from the start (increasing), each waiting
+    /// `timeout`, every request at the default tier.
+    pub fn trace(times: Vec<Nanos>, timeout: Nanos) -> LoadConfig {
+        LoadConfig {
+            arrivals: Arrivals::Trace,
+            rate: None,
+            rates: Vec::new(),
+            phases: Vec::new(),
+            workers: None,
+            times,
+            think: Nanos::ZERO,
+            timeout,
+            connections: None,
+            tiers: default_tiers(),
+            keys: 0,
+            cohorts: CohortMap::default(),
+            retries: RetryConfig::default(),
+        }
+    }
+
     /// Checks what the parser cannot: relations between keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.timeout.is_zero() {
@@ -151,6 +176,26 @@ impl LoadConfig {
                     ));
                 }
             }
+            Arrivals::Trace => {
+                if let Some(key) = given.first() {
+                    return Err(ConfigError::new(
+                        format!("load.{key}"),
+                        "a trace has no rate (its times are the arrivals)",
+                    ));
+                }
+                if self.times.is_empty() {
+                    return Err(ConfigError::new(
+                        "load.times",
+                        "a trace needs at least one arrival time",
+                    ));
+                }
+                if let Some(i) = self.times.windows(2).position(|w| w[1] < w[0]) {
+                    return Err(ConfigError::new(
+                        format!("load.times[{}]", i + 1),
+                        "arrival times must not decrease",
+                    ));
+                }
+            }
             Arrivals::Constant | Arrivals::Poisson => {
                 if given.len() != 1 {
                     return Err(ConfigError::new(
@@ -165,6 +210,12 @@ impl LoadConfig {
                     ));
                 }
             }
+        }
+        if self.arrivals != Arrivals::Trace && !self.times.is_empty() {
+            return Err(ConfigError::new(
+                "load.times",
+                "arrival times are for `arrivals = \"trace\"`",
+            ));
         }
         if self.tiers.is_empty() || self.tiers.iter().all(|t| t.weight.get() == 0.0) {
             return Err(ConfigError::new(
@@ -225,8 +276,29 @@ impl LoadConfig {
         RateSchedule { segments }
     }
 
-    /// The rate a report names a run by: the sweep point, else the last phase's final rate.
+    /// The arrival times of an open loop (`None` for a closed one), with a sweep point's
+    /// rate replacing the configured one.
+    pub fn open_loop(&self, point: Option<f64>) -> Option<OpenLoop> {
+        match self.arrivals {
+            Arrivals::Closed => None,
+            Arrivals::Trace => Some(OpenLoop::trace(&self.times)),
+            Arrivals::Constant | Arrivals::Poisson => {
+                Some(OpenLoop::new(self.schedule(point), self.arrivals))
+            }
+        }
+    }
+
+    /// The rate a report names a run by: the sweep point, else the last phase's final rate,
+    /// else a trace's mean rate.
     pub fn nominal_rate(&self, point: Option<f64>) -> f64 {
+        if self.arrivals == Arrivals::Trace {
+            let span = self.times.last().map_or(0.0, |t| t.as_secs_f64());
+            return if span > 0.0 {
+                self.times.len() as f64 / span
+            } else {
+                0.0
+            };
+        }
         point
             .or(self.rate.map(NonNegative::get))
             .or(self.phases.last().map(|p| p.to.unwrap_or(p.rate).get()))
@@ -327,31 +399,65 @@ impl RateSchedule {
 /// Open-loop arrival times.
 #[derive(Clone, Debug)]
 pub struct OpenLoop {
-    schedule: RateSchedule,
-    poisson: bool,
+    gaps: Gaps,
+}
+
+#[derive(Clone, Debug)]
+enum Gaps {
+    Rate {
+        schedule: RateSchedule,
+        poisson: bool,
+    },
+    /// Strictly increasing, all after the start.
+    Trace(Vec<Time>),
 }
 
 impl OpenLoop {
     pub fn new(schedule: RateSchedule, arrivals: Arrivals) -> OpenLoop {
         OpenLoop {
-            schedule,
-            poisson: arrivals == Arrivals::Poisson,
+            gaps: Gaps::Rate {
+                schedule,
+                poisson: arrivals == Arrivals::Poisson,
+            },
+        }
+    }
+
+    /// Arrivals at recorded times from the start. Arrivals at the same nanosecond (a log
+    /// with millisecond timestamps has many) are spaced one nanosecond apart, and one at the
+    /// start itself goes one nanosecond after it, so that each time is the next after the
+    /// one before: none is lost, none moves by more than their number of nanoseconds.
+    pub fn trace(times: &[Nanos]) -> OpenLoop {
+        let mut last = Time::ZERO;
+        let times = times
+            .iter()
+            .map(|&t| {
+                last = (Time::ZERO + t).max(last + Nanos::from_nanos(1));
+                last
+            })
+            .collect();
+        OpenLoop {
+            gaps: Gaps::Trace(times),
         }
     }
 
     /// The next arrival after one at `t` (or after the start, for the first); `None` when
-    /// the rate stays zero from `t` on.
+    /// the rate stays zero from `t` on, or the trace has ended.
     ///
     /// The gap is exact for rates that step and ramp: the next arrival is when the integral
     /// of the rate from `t` reaches one (constant) or an Exp(1) draw (Poisson: a
-    /// non-homogeneous Poisson process by time change).
+    /// non-homogeneous Poisson process by time change). A trace draws nothing.
     pub fn next_after(&self, t: Time, rng: &mut Rng) -> Option<Time> {
-        let mass = if self.poisson {
-            -(1.0 - rng.next_f64()).ln()
-        } else {
-            1.0
-        };
-        self.schedule.advance(t, mass)
+        match &self.gaps {
+            Gaps::Rate { schedule, poisson } => {
+                let mass = if *poisson {
+                    -(1.0 - rng.next_f64()).ln()
+                } else {
+                    1.0
+                };
+                schedule.advance(t, mass)
+            }
+            Gaps::Trace(times) => times.get(times.partition_point(|&a| a <= t)).copied(),
+        }
     }
 }
 
@@ -472,6 +578,40 @@ mod tests {
         let open = OpenLoop::new(s, Arrivals::Constant);
         let first = open.next_after(Time::ZERO, &mut Rng::seed(1)).unwrap();
         assert!(first > Time::ZERO && first < secs(10.0), "{first:?}");
+    }
+
+    #[test]
+    fn a_trace_sends_each_time_once_even_at_the_same_nanosecond() {
+        let l = load(
+            "arrivals = \"trace\"\ntimeout = \"1s\"\ntimes = [\"0s\", \"2ms\", \"2ms\", \"5ms\"]\n",
+        );
+        l.validate().unwrap();
+        let open = l.open_loop(None).unwrap();
+        let mut rng = Rng::seed(1);
+        let mut t = Time::ZERO;
+        let mut sent = Vec::new();
+        while let Some(next) = open.next_after(t, &mut rng) {
+            sent.push(next.as_nanos());
+            t = next;
+        }
+        assert_eq!(sent, [1, 2_000_000, 2_000_001, 5_000_000]);
+        assert_eq!(l.nominal_rate(None), 800.0);
+    }
+
+    #[test]
+    fn a_trace_is_checked() {
+        let err = load("arrivals = \"trace\"\ntimeout = \"1s\"\ntimes = [\"3ms\", \"2ms\"]\n")
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.key, "load.times[1]");
+        let err = load("arrivals = \"trace\"\ntimeout = \"1s\"\nrate = 5\ntimes = [\"3ms\"]\n")
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.key, "load.rate");
+        let err = load("timeout = \"1s\"\nrate = 5\ntimes = [\"3ms\"]\n")
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.key, "load.times");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`pdc`]: the producer-dispatcher-consumer model of ScyllaDB's "phantom jams" article.
 //! - [`scenario`]: scenario files (`scenarios/*.toml`) and the engine that runs their arms,
 //!   tidegate's gate between the models of `tidegate-model`.
+//! - [`replay`]: an access log's service fitted and its traffic replayed through every arm.
 //! - [`chart`]: line charts as standalone SVG files for the reports.
 //! - [`histogram`]: a fixed-size log-linear latency histogram (memory independent of the
 //!   number of samples).
@@ -15,4 +16,5 @@
 pub mod chart;
 pub mod histogram;
 pub mod pdc;
+pub mod replay;
 pub mod scenario;

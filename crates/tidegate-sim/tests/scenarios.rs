@@ -138,6 +138,54 @@ fn kanaloa_negative_drowns_unprotected_when_capacity_drops() {
     assert!(default.p99_ms.unwrap() < 1_000.0, "{default:?}");
 }
 
+/// After the work slows by 46%, the limit must come back to the 20-odd requests the slower
+/// service still serves in parallel. On these seeds a baseline that only the windows' majority
+/// could re-anchor left the limit at 8-11 for the three minutes of the slowdown (115 ok/s).
+#[test]
+fn kanaloa_negative_default_re_anchors_on_every_seed() {
+    for seed in [3, 5] {
+        let mut scenario = load("kanaloa-negative");
+        scenario.seed = seed;
+        scenario
+            .keep_arms(&["tidegate default".to_owned()])
+            .unwrap();
+        let report = run_all(&scenario, 1);
+        let default = steady(&report, "tidegate default", 180.0);
+        assert!(default.goodput_rps >= 155.0, "seed {seed}: {default:?}");
+    }
+}
+
+/// The textbook service a new user tries first: 30 workers, exponential work with a 100 ms
+/// mean, an unbounded internal queue, Poisson arrivals, a 1 s client timeout (capacity 300
+/// rps). Under a third of capacity nothing may be shed; at 3x it serves what it can.
+#[test]
+fn the_textbook_exponential_service_is_neither_starved_nor_drowned() {
+    let text = r#"
+        seed = 7
+        duration = "120s"
+        warmup = "60s"
+        [service]
+        kind = "pool"
+        spread = "exponential"
+        [service.pool]
+        workers = 30
+        work = "100ms"
+        [load]
+        arrivals = "poisson"
+        timeout = "1s"
+        rates = [90, 900]
+        [[arms]]
+        name = "tidegate default"
+    "#;
+    let report = run_all(&Scenario::parse(text, "textbook").unwrap(), 2);
+    assert_reconciles(&report);
+    let light = steady(&report, "tidegate default", 90.0);
+    assert_eq!(light.shed_ratio, 0.0, "{light:?}");
+    assert!(light.goodput_rps >= 0.99 * light.offered_rps, "{light:?}");
+    let heavy = steady(&report, "tidegate default", 900.0);
+    assert!(heavy.goodput_rps >= 0.97 * 300.0, "{heavy:?}");
+}
+
 #[test]
 fn capacity_demo_shapes() {
     let baseline = run("capacity-baseline", 60);

@@ -7,6 +7,7 @@ mod load;
 mod logging;
 mod origin;
 mod proxy;
+mod sim_replay;
 mod sim_run;
 
 use std::path::PathBuf;
@@ -86,6 +87,22 @@ enum Sim {
     ///   tidegate sim run scenarios/capacity-slow.toml --duration 30s --out results/
     #[command(verbatim_doc_comment)]
     Run(sim_run::RunArgs),
+    /// Fit a service to an access log and replay its traffic through every arm
+    ///
+    /// Reads the log (--format nginx or envoy; bad lines are reported by number and skipped),
+    /// fits a worker pool to its latency by concurrency (the knee, the work time and its
+    /// spread, contention beyond the knee, the queue from the refusals), then replays the
+    /// log's own arrivals, compressed by each --load multiple, against the fitted service
+    /// through every arm: off, a fixed limit at the knee, aimd, vegas, gradient2, hillclimb
+    /// and autotune + pid, and tidegate default. Prints the fit, then per load multiple what
+    /// each arm would have done: offered and goodput per second, the shares shed, refused and
+    /// timed out, p50 and p99. See docs/replay.md.
+    ///
+    /// Examples:
+    ///   tidegate sim replay /var/log/nginx/access.log
+    ///   tidegate sim replay envoy.log --format envoy --load 1x,3x --timeout 2s --json
+    #[command(verbatim_doc_comment)]
+    Replay(sim_replay::ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -169,6 +186,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(Sim::Pdc(args)) => pdc(args),
         Command::Sim(Sim::Run(args)) => sim_run::run(args),
+        Command::Sim(Sim::Replay(args)) => sim_replay::replay(args),
         Command::Load(args) => load::load(args),
         Command::Origin(args) => origin::origin(args),
         Command::Experiment(args) => experiment::experiment(args),

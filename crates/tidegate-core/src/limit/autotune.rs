@@ -35,6 +35,48 @@ const MAX_DOUBLINGS: u32 = 4;
 /// time: `RING << 3`, 80 windows (see [`Autotune::remember_level`]).
 const FIRST_RETRY_DOUBLINGS: u32 = 3;
 
+/// A closed window's mean rtt of successes, in seconds, and the variance of that mean.
+#[derive(Clone, Copy, Debug)]
+struct WindowRtt {
+    mean: f64,
+    variance_of_mean: f64,
+}
+
+/// The baseline: the lowest mean rtt the service has shown since the baseline was last set.
+/// Each window's smoothed rtt is a noisy estimate, and the lowest of `n` of them falls short
+/// of the mean they estimate by about `sqrt(2 ln n)` standard errors (the expected minimum of
+/// `n` normal draws): a bare minimum sinks as windows accumulate, and every window then looks
+/// like a queue (a 100 ms exponential service at 90 answers a second, window means spread by
+/// 15%: the lowest sat 20-25% under the true mean within a minute, and the limit walked down
+/// to 7 in front of 30 workers). So each window offers its estimate plus about that many of
+/// its own standard errors: precise windows (a steady service, or many answers) set the
+/// baseline almost exactly, noisy ones cannot drag it down by chance.
+#[derive(Clone, Copy, Debug)]
+struct Baseline {
+    value: f64,
+    /// Windows seen since it was set.
+    windows: u32,
+}
+
+impl Baseline {
+    fn anchored(srtt: f64, variance: f64) -> Baseline {
+        let mut base = Baseline {
+            value: f64::INFINITY,
+            windows: 0,
+        };
+        base.observe(srtt, variance);
+        base
+    }
+
+    /// The `n`-th window offers `srtt` plus `sqrt(2 ln n)` standard errors (the first,
+    /// alone, is no minimum: its own).
+    fn observe(&mut self, srtt: f64, variance: f64) {
+        self.windows = self.windows.saturating_add(1);
+        let shortfall = (2.0 * f64::from(self.windows).ln()).sqrt();
+        self.value = self.value.min(srtt + shortfall * variance.sqrt());
+    }
+}
+
 /// Configuration of [`Autotune`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -180,8 +222,12 @@ enum Move {
 /// `x` (successes per second), mean inflight at admission `q`, largest inflight, drops. A drop's
 /// rtt is never a latency measurement.
 ///
-/// **Latency rule (modified Vegas).** `srtt` = EWMA of `r` (weight 0.5); `base` = lowest `srtt`
-/// since the last reset. With `ratio = srtt / base - 1` and `tol = 1.5 / sqrt(limit)`:
+/// **Latency rule (modified Vegas).** `srtt` = EWMA of `r` (weight 0.5), with the variance of
+/// that estimate from the spread of each window's answers; `base` = the lowest `srtt` since the
+/// last reset, the `n`-th window offering its `srtt` plus `sqrt(2 ln n)` of its standard errors
+/// (the expected shortfall of the least of `n` noisy estimates: a bare minimum sinks under
+/// the true mean as windows accumulate; see `Baseline`). With `ratio = srtt / base - 1` and
+/// `tol = 1.5 / sqrt(limit)`:
 /// - drops above 5% of the window: `limit x min(0.9, 1 - f/2)`, `f` the window's drop
 ///   fraction (DCTCP's proportional decrease where it is deeper than 0.9), and at least one
 ///   request less than the limit in force;
@@ -202,13 +248,16 @@ enum Move {
 /// **Covariance arbitration.** Every 10 windows, the slope of `ln x` on `ln q` (the
 /// elasticity: `cov / var`, about 1 below the knee, 0 on a plateau, negative with contention)
 /// is computed if `q` spread by at least 15%. It only arbitrates when the latency rule pushed
-/// one way in most of those windows:
+/// one way in those windows:
 /// - mostly *grow* but elasticity < 0.2: more concurrency buys nothing although latency says
 ///   there is no queue, so the baseline is too high (measured under load, or drifted up):
 ///   **reset**: `limit x 0.5`, forget `base` and `srtt`, re-learn them at the lower limit;
-/// - mostly *shrink* but elasticity > 0.6: less concurrency costs throughput proportionally
-///   although latency says there is a queue, so the service got slower, not busier, and the
-///   baseline is stale: **re-anchor** `base = srtt`.
+/// - more *shrinks* than growths but elasticity > 0.6: less concurrency costs throughput
+///   proportionally although latency says there is a queue, so the service got slower, not
+///   busier, and the baseline is stale: **re-anchor** `base = srtt`. (Requiring most windows
+///   to shrink missed the case where the rule shrinks a little and holds in turn at the
+///   tolerance's edge: after Kanaloa's work slowed by 46%, the limit sat at 8-11 of 20 for
+///   three minutes on two seeds of five.)
 ///
 /// At the knee the rule mostly holds, so neither fires.
 ///
@@ -242,7 +291,9 @@ enum Move {
 /// an elasticity under `low_elasticity`, the higher limit bought a queue, not service. A
 /// growth is then undone, a probe (one request less, in place of the 3/4 probe) kept and
 /// followed by the next one, and the higher level is retried as one that drew drops is,
-/// after 80 windows asking to grow, then 160.
+/// after 80 windows asking to grow, then 160. A step whose throughput moved with an
+/// elasticity above `high_elasticity` was below the knee: the baseline is re-anchored, as
+/// the covariance check would, which cannot see a one-request step (under its 15%).
 ///
 /// Defaults: initial 20, range 1..=1000 (Cinnamon is zero-configuration and started at ~240 in
 /// its experiment; 20 is the convention of the other limits here), and the values above, chosen
@@ -254,7 +305,7 @@ pub struct Autotune {
     max: f64,
     limit: f64,
     srtt: Option<f64>,
-    base: Option<f64>,
+    base: Option<Baseline>,
     /// The next window is not measured (it mixes two limits), and the one after restarts the
     /// smoothing.
     settling: bool,
@@ -300,6 +351,11 @@ pub struct Autotune {
     successes: u32,
     drops: u32,
     success_rtt: Nanos,
+    /// Sum of the squared rtts of the window's successes, in seconds squared: the spread
+    /// that tells a queue from the service's own variability (see [`Autotune::noise`]).
+    success_rtt_sq: f64,
+    /// Variance of `srtt` as an estimate of the mean rtt, in seconds squared.
+    srtt_var: f64,
     inflight_sum: u64,
     inflight_max: u32,
     /// `(ln q, ln x, move)` of the windows since the last check.
@@ -340,6 +396,8 @@ impl Autotune {
             successes: 0,
             drops: 0,
             success_rtt: Nanos::ZERO,
+            success_rtt_sq: 0.0,
+            srtt_var: 0.0,
             inflight_sum: 0,
             inflight_max: 0,
             ring: [(0.0, 0.0, Move::Hold); RING],
@@ -358,21 +416,53 @@ impl Autotune {
         self.successes = 0;
         self.drops = 0;
         self.success_rtt = Nanos::ZERO;
+        self.success_rtt_sq = 0.0;
         self.inflight_sum = 0;
         self.inflight_max = 0;
     }
 
+    /// The mean rtt of the window's successes and the variance of that mean, if it had any.
+    fn window_rtt(&self) -> Option<WindowRtt> {
+        if self.successes == 0 {
+            return None;
+        }
+        let n = f64::from(self.successes);
+        let mean = self.success_rtt.as_secs_f64() / n;
+        // One success says nothing of the spread: take it as wide as an exponential's.
+        let variance = if self.successes > 1 {
+            ((self.success_rtt_sq - n * mean * mean) / (n - 1.0)).max(0.0)
+        } else {
+            mean * mean
+        };
+        Some(WindowRtt {
+            mean,
+            variance_of_mean: variance / n,
+        })
+    }
+
+    /// Sets the baseline to the current smoothed rtt.
+    fn anchor(&mut self, srtt: f64) {
+        self.base = Some(Baseline::anchored(srtt, self.srtt_var));
+    }
+
     /// The latency rule, on one closed window; returns what it did.
-    fn latency_rule(&mut self, rtt: Option<f64>) -> Move {
+    fn latency_rule(&mut self, rtt: Option<WindowRtt>) -> Move {
         // The successes' latency is learnt even in a window with drops.
-        if let Some(rtt) = rtt {
+        if let Some(window) = rtt {
             let w = self.config.smoothing.clamp(f64::MIN_POSITIVE, 1.0);
-            let srtt = match self.srtt {
-                Some(s) if !self.fresh => s + w * (rtt - s),
-                _ => rtt,
+            let (srtt, var) = match self.srtt {
+                Some(s) if !self.fresh => (
+                    s + w * (window.mean - s),
+                    (1.0 - w) * (1.0 - w) * self.srtt_var + w * w * window.variance_of_mean,
+                ),
+                _ => (window.mean, window.variance_of_mean),
             };
             self.srtt = Some(srtt);
-            self.base = Some(self.base.map_or(srtt, |b| b.min(srtt)));
+            self.srtt_var = var;
+            match &mut self.base {
+                Some(base) => base.observe(srtt, var),
+                None => self.anchor(srtt),
+            }
             if let Some(shrink) = self.shrunk.take() {
                 self.check_shrink(&shrink, srtt);
             }
@@ -404,7 +494,8 @@ impl Autotune {
             self.shrunk = None;
             return Move::Shrink;
         }
-        let (Some(srtt), Some(base), Some(_)) = (self.srtt, self.base, rtt) else {
+        let base = self.base.map(|b| b.value);
+        let (Some(srtt), Some(base), Some(_)) = (self.srtt, base, rtt) else {
             return Move::Hold;
         };
         let ratio = srtt / base - 1.0;
@@ -497,9 +588,18 @@ impl Autotune {
         };
         let inflight = higher.inflight() / lower.inflight().max(f64::MIN_POSITIVE);
         let elasticity = (higher.throughput() / lower.throughput()).ln() / inflight.ln();
-        let futile = inflight >= 1.0 + JUDGED_STEP / 2.0
-            && !elasticity.is_nan()
-            && elasticity < self.config.low_elasticity;
+        let told = inflight >= 1.0 + JUDGED_STEP / 2.0 && !elasticity.is_nan();
+        let futile = told && elasticity < self.config.low_elasticity;
+        if told && elasticity > self.config.high_elasticity {
+            // The step bought throughput in proportion: below the knee, where whatever rtt
+            // the latency rule reads as a queue is the service's own (it got slower, not
+            // busier). Re-anchor, as the covariance check would with a spread to see: at
+            // these limits a probe of one request is under its 15%, and the baseline from
+            // before the service slowed held the limit at half its knee for minutes.
+            if let Some(srtt) = self.srtt {
+                self.anchor(srtt);
+            }
+        }
         if !grew {
             // As probes for the baseline: one that found nothing spaces the next out.
             self.descending = futile;
@@ -566,7 +666,7 @@ impl Autotune {
         }
         if self.futile >= 2 {
             self.futile = 0;
-            self.base = Some(rtt);
+            self.anchor(rtt);
         }
     }
 
@@ -600,8 +700,10 @@ impl Autotune {
                 self.settling = true;
                 self.idle_probes = 0;
             }
-            Some(e) if shrank * 2 > RING && e > self.config.high_elasticity => {
-                self.base = self.srtt;
+            Some(e) if shrank > grew && e > self.config.high_elasticity => {
+                if let Some(srtt) = self.srtt {
+                    self.anchor(srtt);
+                }
                 self.idle_probes = 0;
             }
             Some(_) => {}
@@ -646,7 +748,7 @@ impl Autotune {
             self.limit = in_force - 1.0;
         } else {
             self.probe = Some(self.limit);
-            self.probe_base = self.base;
+            self.probe_base = self.base.map(|b| b.value);
             self.limit *= self.config.probe_factor.clamp(0.0, 1.0);
         }
         self.settling = true;
@@ -659,8 +761,7 @@ impl Autotune {
         let fresh = std::mem::replace(&mut self.fresh, settling);
         if !settling && elapsed > 0.0 {
             self.fresh = fresh;
-            let rtt = (self.successes > 0)
-                .then(|| self.success_rtt.as_secs_f64() / f64::from(self.successes));
+            let rtt = self.window_rtt();
             let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
             let throughput = f64::from(self.successes) / elapsed;
             let in_force = self.limit.round();
@@ -702,7 +803,7 @@ impl Autotune {
                 }
                 // It found something if it lowered the baseline beyond noise (a baseline
                 // measured under load, as from Kanaloa's 60): probe again at the next ring.
-                let found = match (self.probe_base.take(), self.base) {
+                let found = match (self.probe_base.take(), self.base.map(|b| b.value)) {
                     (Some(before), Some(after)) => after < before * 0.95,
                     _ => true,
                 };
@@ -781,6 +882,8 @@ impl Limit for Autotune {
         if sample.outcome == Outcome::Success && !timed_out {
             self.successes += 1;
             self.success_rtt += sample.rtt;
+            let rtt = sample.rtt.as_secs_f64();
+            self.success_rtt_sq += rtt * rtt;
         } else {
             self.drops += 1;
         }
@@ -1008,8 +1111,37 @@ mod tests {
             secs(60),
         );
         assert_eq!(trace.limit_at(secs(60)), 1);
-        let base = dropping.inner.base.expect("measured");
+        let base = dropping.inner.base.map(|b| b.value).expect("measured");
         assert!((0.095..0.105).contains(&base), "{base}");
+    }
+
+    #[test]
+    fn exponential_work_below_the_knee_is_not_read_as_a_queue() {
+        // The textbook service at 90 rps: exponential work of 100 ms, 45 answers a window,
+        // 9 in flight of a limit of 20 (in use, no queue anywhere). Window means spread by
+        // 15%; the lowest of them as a baseline sits 20-25% under the true mean within a
+        // minute, and every later window then looks like a queue: the limit shrank, and in
+        // front of a pool of 30 the gate shed 39% of a load a third of its capacity.
+        let mut rng = crate::rng::Rng::seed(11);
+        let mut a = Autotune::new(&config(20));
+        let mut lowest = a.limit();
+        for w in 0..600u64 {
+            let start = Time::ZERO + Nanos::from_millis(500 * w);
+            for i in 1..=45u64 {
+                let draw = -(1.0 - rng.next_f64()).ln();
+                a.on_sample(&Sample {
+                    now: start + Nanos::from_millis(500 * i / 45),
+                    rtt: Nanos::from_millis(100).mul_f64(draw),
+                    inflight: 10,
+                    outcome: Outcome::Success,
+                });
+            }
+            lowest = lowest.min(a.limit());
+        }
+        // A high window still trims it now and then (the first window, unbiased but
+        // alone, can be low by a standard error); the bare minimum went down to 5.
+        assert!(lowest >= 12, "{lowest}");
+        assert!(a.limit() >= 19, "{}", a.limit());
     }
 
     #[test]
@@ -1076,7 +1208,7 @@ mod tests {
             Nanos::from_millis(100),
             Outcome::Success,
         );
-        assert!(a.base.is_some_and(|b| (b - 0.1).abs() < 1e-9));
+        assert!(a.base.is_some_and(|b| (b.value - 0.1).abs() < 1e-9));
         assert_eq!(a.limit(), 102);
         // At 200 ms (smoothed 150 ms, ratio 0.5 > 1.5/sqrt(102)): shrink to what the tolerance
         // allows, limit x (1 + tol) / (1 + ratio).
@@ -1383,7 +1515,7 @@ mod tests {
         assert!(trace.min_limit() >= 7, "{}", trace.min_limit());
         let after = trace.mean_limit(secs(90), secs(180));
         assert!((18.0..26.0).contains(&after), "{after}");
-        let base = a.base.expect("measured");
+        let base = a.base.map(|b| b.value).expect("measured");
         assert!(
             (0.19..0.25).contains(&base),
             "re-anchored near 200 ms: {base}"

@@ -46,7 +46,7 @@ use tidegate_core::limit::Outcome;
 use tidegate_core::queue::Ticket;
 use tidegate_core::rng::{Rng, splitmix64};
 use tidegate_core::{Nanos, Priority, Time};
-use tidegate_model::client::{Arrivals, Mix, OpenLoop};
+use tidegate_model::client::{Mix, OpenLoop};
 use tidegate_model::lease::StaticLease;
 use tidegate_model::service::{Admission, Balance, Instance};
 
@@ -250,8 +250,7 @@ impl<'a> Run<'a> {
             ),
         };
         let load = &scenario.load;
-        let open = (load.arrivals != Arrivals::Closed)
-            .then(|| OpenLoop::new(load.schedule(point), load.arrivals));
+        let open = load.open_loop(point);
         let mut run = Run {
             scenario,
             arm,
