@@ -241,6 +241,11 @@ pub enum Event<'a> {
     },
     /// An arm's proxy is up: its live dashboard is at `http://{admin}/dashboard`.
     Dashboard { arm: &'a str, admin: SocketAddr },
+    /// Once a second while an arm's load runs: what its clients got so far.
+    Progress {
+        arm: &'a str,
+        progress: &'a load::Progress,
+    },
     /// An arm is done.
     Done(&'a Comparison),
 }
@@ -261,13 +266,7 @@ pub async fn run(
                 load: point,
                 seconds: scenario.duration.as_secs_f64(),
             });
-            let real = run_real(scenario, arm, point, &mut |admin| {
-                observe(Event::Dashboard {
-                    arm: &arm.name,
-                    admin,
-                });
-            })
-            .await?;
+            let real = run_real(scenario, arm, point, &mut observe).await?;
             let sim = run_arm(scenario, arm, point);
             let agreement = Agreement::of(&real.steady, &sim.steady.figures);
             let comparison = Comparison {
@@ -356,12 +355,13 @@ pub async fn gate_front(
     })
 }
 
-/// `on_admin` hears the admin address of the arm's proxy, if it has one, once it is up.
+/// `observe` hears the admin address of the arm's proxy, if it has one, once it is up, then
+/// the load's progress once a second.
 async fn run_real(
     scenario: &Scenario,
     arm: &ArmConfig,
     point: Option<f64>,
-    on_admin: &mut dyn FnMut(SocketAddr),
+    observe: &mut dyn FnMut(Event<'_>),
 ) -> Result<RealRun, ExperimentError> {
     let lease = match arm.kind {
         ArmKind::StaticLease => arm.lease.clone(),
@@ -384,7 +384,10 @@ async fn run_real(
         ArmKind::Gate => gate_front(scenario, arm, &origin.instance_addrs()).await?,
     };
     if let Some(admin) = front.admin {
-        on_admin(admin);
+        observe(Event::Dashboard {
+            arm: &arm.name,
+            admin,
+        });
     }
     let (stop_origin, origin_stopped) = oneshot::channel::<()>();
     let serving = tokio::spawn(origin.run(async {
@@ -400,7 +403,13 @@ async fn run_real(
             scenario.duration,
         ))
     });
-    let report = load::run(config, std::future::pending()).await;
+    let report = load::run_observed(config, std::future::pending(), |progress| {
+        observe(Event::Progress {
+            arm: &arm.name,
+            progress,
+        });
+    })
+    .await;
     let gate_series = match sampler {
         // The load ran its whole schedule, so the sampler is done or about to be; it
         // neither panics nor is aborted, so joining it cannot fail.

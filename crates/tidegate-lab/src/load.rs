@@ -311,13 +311,20 @@ async fn send(shared: Arc<Shared>, arrival: Arrival, intended: Instant) {
         Outcome::Ok { .. } if latency > shared.timeout => Outcome::TimedOut,
         other => other,
     };
-    let second = usize::try_from(arrival.offset.as_nanos() / 1_000_000_000).unwrap_or(usize::MAX);
+    let whole_seconds = |nanos: u64| usize::try_from(nanos / 1_000_000_000).unwrap_or(usize::MAX);
+    let second = whole_seconds(arrival.offset.as_nanos());
+    let answered = whole_seconds(
+        arrival
+            .offset
+            .as_nanos()
+            .saturating_add(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX)),
+    );
     let steady = shared
         .steady_from
         .is_some_and(|from| arrival.offset >= from);
     shared
         .recorder()
-        .record(arrival.slot, second, steady, outcome, latency);
+        .record(arrival.slot, (second, answered), steady, outcome, latency);
     if shared.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
         shared.drained.notify_waiters();
     }

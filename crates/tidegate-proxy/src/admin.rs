@@ -27,8 +27,8 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
-    // For the dashboard's sampler, which stops with the listener.
-    let sampler_stop = stop.clone();
+    // The dashboard's sampler, which stops with the listener.
+    tokio::spawn(dashboard::sample(shared.clone(), stop.clone()));
     loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break,
@@ -36,10 +36,9 @@ pub(crate) async fn serve(
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let shared = shared.clone();
-                let stop = sampler_stop.clone();
                 connections.spawn(async move {
                     let service = service_fn(move |request| {
-                        let response = respond(&shared, &request, &stop);
+                        let response = respond(&shared, &request);
                         async move { Ok::<_, Infallible>(response) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -52,11 +51,7 @@ pub(crate) async fn serve(
     connections.abort_all();
 }
 
-fn respond(
-    shared: &Arc<Shared>,
-    request: &Request<Incoming>,
-    stop: &watch::Receiver<bool>,
-) -> Response<Full<Bytes>> {
+fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".to_owned());
     }
@@ -103,7 +98,7 @@ fn respond(
             );
             response
         }
-        "/dashboard/data" => match dashboard::data(shared, request.uri().query(), stop) {
+        "/dashboard/data" => match dashboard::data(shared, request.uri().query()) {
             Ok(body) => {
                 let mut response = text(StatusCode::OK, body);
                 let headers = response.headers_mut();

@@ -229,7 +229,7 @@ impl Default for EjectionConfig {
 }
 
 /// The live dashboard (`/dashboard` on the admin listener): how often it samples the gates and
-/// how much it keeps. It samples only while a page (or anything) polls `/dashboard/data`.
+/// how much it keeps. It samples from the start, so that a page opened late shows the past.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DashboardConfig {
@@ -237,8 +237,6 @@ pub struct DashboardConfig {
     pub interval: Nanos,
     /// Samples kept in memory, the oldest forgotten first (1 to 86,400).
     pub history: usize,
-    /// Sampling stops once nobody has polled `/dashboard/data` for this long.
-    pub idle_after: Nanos,
 }
 
 impl Default for DashboardConfig {
@@ -246,7 +244,6 @@ impl Default for DashboardConfig {
         DashboardConfig {
             interval: Nanos::from_secs(1),
             history: 300,
-            idle_after: Nanos::from_secs(10),
         }
     }
 }
@@ -324,12 +321,6 @@ impl Config {
             return invalid(
                 "dashboard.history",
                 format!("{} is not between 1 and 86400", self.dashboard.history),
-            );
-        }
-        if self.dashboard.idle_after.is_zero() {
-            return invalid(
-                "dashboard.idle_after",
-                "must be longer than zero".to_owned(),
             );
         }
         if self.ejection.max_time < self.ejection.base_time {

@@ -390,7 +390,7 @@ impl Completion {
         upstream.metrics.error(kind);
         upstream
             .health
-            .failure(self.pick.probe, self.shared.now(), &upstream.metrics);
+            .failure(self.pick.probe, self.shared.now(), &upstream.metrics, kind);
         self.pick.probe = false;
     }
 
@@ -467,7 +467,7 @@ impl Completion {
             .metrics
             .observe(class, Duration::from_nanos(elapsed).as_secs_f64());
         let dashboard = &self.shared.dashboard;
-        if matches!(class, Class::Ok | Class::Dropped | Class::Ignored) && dashboard.watched() {
+        if matches!(class, Class::Ok | Class::Dropped | Class::Ignored) {
             dashboard.e2e.record(elapsed);
             if self.admitted != 0 {
                 dashboard.upstream.record(now.saturating_sub(self.admitted));

@@ -140,6 +140,8 @@ pub(crate) struct ProxyMetrics {
 
 impl ProxyMetrics {
     pub(crate) fn register(registry: &mut Registry) -> ProxyMetrics {
+        // Help texts without their full stop: `register` adds one (the gates' collector,
+        // which encodes its own descriptors, writes its own).
         let durations = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
             duration_histogram,
         );
@@ -151,37 +153,37 @@ impl ProxyMetrics {
         let priority_invalid = Counter::default();
         registry.register(
             "tidegate_request_duration_seconds",
-            "Time from a request's arrival to its response's last byte, by upstream and how it ended.",
+            "Time from a request's arrival to its response's last byte, by upstream and how it ended",
             durations.clone(),
         );
         registry.register(
             "tidegate_upstream_errors",
-            "Upstream failures by kind.",
+            "Upstream failures by kind",
             errors.clone(),
         );
         registry.register(
             "tidegate_upstream_ejections",
-            "Times an upstream was ejected for failing.",
+            "Times an upstream was ejected for failing",
             ejections.clone(),
         );
         registry.register(
             "tidegate_upstream_ejected",
-            "1 while the upstream is ejected.",
+            "1 while the upstream is ejected",
             ejected.clone(),
         );
         registry.register(
             "tidegate_upstream_abandoned",
-            "Requests whose client went away that the upstream still has; their slots are held until it answers.",
+            "Requests whose client went away that the upstream still has; their slots are held until it answers",
             abandoned.clone(),
         );
         registry.register(
             "tidegate_lease_header_invalid",
-            "Lease headers from an upstream that did not parse.",
+            "Lease headers from an upstream that did not parse",
             lease_invalid.clone(),
         );
         registry.register(
             "tidegate_priority_header_invalid",
-            "Priority headers that did not parse; the request got the default priority.",
+            "Priority headers that did not parse; the request got the default priority",
             priority_invalid.clone(),
         );
         let unavailable = durations

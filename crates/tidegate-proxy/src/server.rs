@@ -91,11 +91,11 @@ impl Proxy {
             upstreams.push(Upstream {
                 pool,
                 metrics: metrics.upstream(&name),
-                name,
                 url: upstream.url.clone(),
                 target,
                 gates,
-                health: Health::new(config.ejection.clone()),
+                health: Health::new(&name, config.ejection.clone()),
+                name,
             });
         }
         let forwarding = Forwarding::new(

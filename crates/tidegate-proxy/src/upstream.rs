@@ -13,6 +13,11 @@
 //! `consecutive_failures` in a row the upstream leaves the balancing for `base_time`, then a
 //! single request probes it; a good answer brings it back, a failure ejects it again for twice
 //! as long (up to `max_time`).
+//!
+//! Each change of that state is logged once, as it happens (`tracing`, target
+//! `tidegate_proxy::upstream`): ejected (warn, with the failures and the last one's kind),
+//! a failed probe (warn), recovered (info). Nothing is logged per request: a failing upstream
+//! under load writes one line per ejection, however many requests it fails.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -23,7 +28,7 @@ use tidegate_tower::SharedGate;
 
 use crate::config::EjectionConfig;
 use crate::error::Error;
-use crate::metrics::UpstreamMetrics;
+use crate::metrics::{ErrorKind, UpstreamMetrics};
 
 /// Where an upstream is: scheme, authority and an optional path prefix.
 #[derive(Clone, Debug)]
@@ -168,6 +173,8 @@ pub(crate) struct Health {
     /// Ejections since the upstream was last healthy: each doubles the next.
     ejections: AtomicU32,
     config: EjectionConfig,
+    /// The upstream's name, for the log lines.
+    name: String,
 }
 
 const HEALTHY: u64 = 0;
@@ -184,12 +191,13 @@ pub(crate) enum Admission {
 }
 
 impl Health {
-    pub(crate) fn new(config: EjectionConfig) -> Health {
+    pub(crate) fn new(name: &str, config: EjectionConfig) -> Health {
         Health {
             ejected_until: AtomicU64::new(HEALTHY),
             failures: AtomicU32::new(0),
             ejections: AtomicU32::new(0),
             config,
+            name: name.to_owned(),
         }
     }
 
@@ -217,19 +225,36 @@ impl Health {
     /// The upstream answered.
     pub(crate) fn success(&self, probe: bool, metrics: &UpstreamMetrics) {
         if probe {
-            self.ejections.store(0, Ordering::Relaxed);
+            let ejections = self.ejections.swap(0, Ordering::Relaxed);
             self.ejected_until.store(HEALTHY, Ordering::Release);
             metrics.ejected.set(0);
+            tracing::info!(
+                upstream = %self.name,
+                ejections,
+                "upstream recovered: a probe was answered, back in the balancing"
+            );
         }
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
         }
     }
 
-    /// The upstream refused, reset or did not answer in time.
-    pub(crate) fn failure(&self, probe: bool, now: u64, metrics: &UpstreamMetrics) {
+    /// The upstream refused, reset or did not answer in time (`kind`).
+    pub(crate) fn failure(
+        &self,
+        probe: bool,
+        now: u64,
+        metrics: &UpstreamMetrics,
+        kind: ErrorKind,
+    ) {
         if probe {
-            self.eject(now, metrics);
+            let time = self.eject(now, metrics);
+            tracing::warn!(
+                upstream = %self.name,
+                error = kind.as_str(),
+                ejected_for_ms = time.as_millis_f64(),
+                "upstream probe failed: ejected again"
+            );
             return;
         }
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
@@ -241,7 +266,14 @@ impl Health {
                 .compare_exchange(HEALTHY, PROBING, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            self.eject(now, metrics);
+            let time = self.eject(now, metrics);
+            tracing::warn!(
+                upstream = %self.name,
+                failures,
+                error = kind.as_str(),
+                ejected_for_ms = time.as_millis_f64(),
+                "upstream ejected: failed {failures} times in a row"
+            );
         }
     }
 
@@ -256,7 +288,8 @@ impl Health {
         );
     }
 
-    fn eject(&self, now: u64, metrics: &UpstreamMetrics) {
+    /// Takes the upstream out of the balancing; returns for how long.
+    fn eject(&self, now: u64, metrics: &UpstreamMetrics) -> Nanos {
         let ejections = self.ejections.fetch_add(1, Ordering::Relaxed);
         let base = self.config.base_time.as_nanos();
         let time = base
@@ -268,6 +301,7 @@ impl Health {
             .store(now.saturating_add(time).min(PROBING - 1), Ordering::Release);
         metrics.ejections.inc();
         metrics.ejected.set(1);
+        Nanos::from_nanos(time)
     }
 
     /// Time left in the ejection, for `/status` and `Retry-After`.
@@ -413,24 +447,24 @@ mod tests {
             base_time: Nanos::from_millis(100),
             max_time: Nanos::from_millis(250),
         };
-        (Health::new(config), UpstreamMetrics::detached())
+        (Health::new("a", config), UpstreamMetrics::detached())
     }
 
     #[test]
     fn failures_in_a_row_eject_and_a_probe_brings_back() {
         let (health, metrics) = health(3);
         let ms = 1_000_000;
-        health.failure(false, 0, &metrics);
-        health.failure(false, 0, &metrics);
+        health.failure(false, 0, &metrics, ErrorKind::Connect);
+        health.failure(false, 0, &metrics, ErrorKind::Connect);
         health.success(false, &metrics);
-        health.failure(false, 0, &metrics);
-        health.failure(false, 0, &metrics);
+        health.failure(false, 0, &metrics, ErrorKind::Connect);
+        health.failure(false, 0, &metrics, ErrorKind::Connect);
         assert_eq!(
             health.admit(0),
             Admission::Healthy,
             "a success resets the count"
         );
-        health.failure(false, ms, &metrics);
+        health.failure(false, ms, &metrics, ErrorKind::Connect);
         assert_eq!(health.admit(50 * ms), Admission::Ejected(101 * ms));
         assert_eq!(metrics.ejections.get(), 1);
         assert_eq!(metrics.ejected.get(), 1);
@@ -438,10 +472,10 @@ mod tests {
         assert_eq!(health.admit(101 * ms), Admission::Probe);
         assert_eq!(health.admit(101 * ms), Admission::Ejected(u64::MAX));
         // A failed probe doubles the ejection; the next doubling is capped at max_time.
-        health.failure(true, 101 * ms, &metrics);
+        health.failure(true, 101 * ms, &metrics, ErrorKind::Connect);
         assert_eq!(health.admit(102 * ms), Admission::Ejected(301 * ms));
         assert_eq!(health.admit(301 * ms), Admission::Probe);
-        health.failure(true, 301 * ms, &metrics);
+        health.failure(true, 301 * ms, &metrics, ErrorKind::Connect);
         assert_eq!(health.admit(302 * ms), Admission::Ejected(551 * ms));
         // An abandoned probe lets the next request probe.
         assert_eq!(health.admit(551 * ms), Admission::Probe);
@@ -453,7 +487,7 @@ mod tests {
         assert_eq!(metrics.ejections.get(), 3);
         // After coming back, the ejection time starts over from base_time.
         for _ in 0..3 {
-            health.failure(false, 600 * ms, &metrics);
+            health.failure(false, 600 * ms, &metrics, ErrorKind::Connect);
         }
         assert_eq!(health.admit(600 * ms), Admission::Ejected(700 * ms));
     }
@@ -462,7 +496,7 @@ mod tests {
     fn zero_failures_never_ejects() {
         let (health, metrics) = health(0);
         for _ in 0..100 {
-            health.failure(false, 0, &metrics);
+            health.failure(false, 0, &metrics, ErrorKind::Connect);
         }
         assert_eq!(health.admit(0), Admission::Healthy);
     }

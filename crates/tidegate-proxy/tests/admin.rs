@@ -99,6 +99,13 @@ async fn a_metrics_scrape_parses_and_accounts_for_every_request() {
     assert!(metrics.sum("tidegate_limit", &[("gate", "a")]) >= 1.0);
     assert_eq!(metrics.sum("tidegate_inflight", &[("gate", "a")]), 0.0);
     assert!(metrics.has("tidegate_queue_wait_seconds_bucket"));
+    // Every help text is one sentence with one full stop (the client library adds it).
+    let (_, text) = get_text(&format!("http://{}/metrics", proxy.admin)).await;
+    let helps: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
+    assert!(helps.len() >= 13, "{text}");
+    for help in helps {
+        assert!(help.ends_with('.') && !help.ends_with(".."), "{help}");
+    }
 }
 
 #[tokio::test]

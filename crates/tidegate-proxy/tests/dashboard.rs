@@ -1,5 +1,5 @@
 //! The dashboard on the admin listener: the page, and the data it polls (rates from counter
-//! deltas, bounded history, `since`, and a sampler that runs only while someone polls).
+//! deltas, bounded history, `since`, and a sampler that keeps the past before anyone looks).
 
 #![allow(
     clippy::expect_used,
@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use http::StatusCode;
 use serde_json::Value;
@@ -18,11 +16,10 @@ use tidegate_core::Nanos;
 use tidegate_core::config::{LimitAlgorithm, LimitConfig, RegulatorAlgorithm, RegulatorConfig};
 use tidegate_proxy::Config;
 
-/// Samples every `interval_ms`, keeps `history` of them, stops `idle_ms` after the last poll.
-fn dashboard(mut config: Config, interval_ms: u64, history: usize, idle_ms: u64) -> Config {
+/// Samples every `interval_ms`, keeps `history` of them.
+fn dashboard(mut config: Config, interval_ms: u64, history: usize) -> Config {
     config.dashboard.interval = Nanos::from_millis(interval_ms);
     config.dashboard.history = history;
-    config.dashboard.idle_after = Nanos::from_millis(idle_ms);
     config
 }
 
@@ -42,7 +39,7 @@ fn seqs(answer: &Value) -> Vec<u64> {
         .collect()
 }
 
-/// Polls (which keeps the sampler running) until the newest sample is at least `seq`.
+/// Polls until the newest sample is at least `seq`.
 async fn wait_for_sample(proxy: &TestProxy, seq: u64) {
     eventually(&format!("sample #{seq}"), || async {
         data(proxy, 0).await["seq"].as_u64().unwrap() >= seq
@@ -69,14 +66,12 @@ async fn the_page_is_served_whole_and_may_load_nothing_from_elsewhere() {
             assert!(!page.contains(external), "the page refers to {external}");
         }
     }
-    // Looking at the page alone starts nothing: only its data polls do.
-    assert_eq!(proxy.status().await["dashboard"]["sampling"], false);
 }
 
 #[tokio::test]
 async fn samples_are_rates_of_what_the_gates_counted() {
     let origin = Origin::start("a").await;
-    let mut config = dashboard(config(&[&origin]), 50, 1000, 10_000);
+    let mut config = dashboard(config(&[&origin]), 50, 1000);
     // One in flight, nothing queued, no regulator: the second request is shed at once.
     config.gate.limit = LimitConfig::of(LimitAlgorithm::Fixed);
     config.gate.limit.fixed.limit = 1;
@@ -174,7 +169,7 @@ async fn samples_are_rates_of_what_the_gates_counted() {
 #[tokio::test]
 async fn history_is_bounded_and_since_answers_only_newer_points() {
     let origin = Origin::start("a").await;
-    let proxy = TestProxy::start(dashboard(config(&[&origin]), 10, 5, 10_000)).await;
+    let proxy = TestProxy::start(dashboard(config(&[&origin]), 10, 5)).await;
     wait_for_sample(&proxy, 12).await;
     let all = data(&proxy, 0).await;
     let latest = all["seq"].as_u64().unwrap();
@@ -200,40 +195,39 @@ async fn history_is_bounded_and_since_answers_only_newer_points() {
 }
 
 #[tokio::test]
-async fn the_sampler_runs_only_while_someone_polls() {
+async fn the_past_is_kept_before_anyone_looks() {
     let origin = Origin::start("a").await;
-    let proxy = TestProxy::start(dashboard(config(&[&origin]), 10, 1000, 100)).await;
-    let sampler = |status: Value| {
-        (
-            status["dashboard"]["sampling"].as_bool().unwrap(),
-            status["dashboard"]["samples"].as_u64().unwrap(),
+    let proxy = TestProxy::start(dashboard(config(&[&origin]), 10, 1000)).await;
+    for _ in 0..3 {
+        let response = send(
+            &client(),
+            http::Request::get(proxy.url("/echo"))
+                .body(empty())
+                .unwrap(),
         )
-    };
-    assert_eq!(sampler(proxy.status().await), (false, 0), "unwatched");
-    // The first poll starts the sampler, which has taken nothing yet (the test's runtime has
-    // one thread: the sampler cannot run before the answer is made).
-    assert_eq!(data(&proxy, 0).await["seq"], 0);
-    assert!(sampler(proxy.status().await).0);
-    wait_for_sample(&proxy, 3).await;
-    // It reports its own cost: how long its last sample and the last answer held the thread.
-    let cost = &proxy.status().await["dashboard"];
-    for key in ["last_sample_us", "last_answer_us"] {
-        let micros = cost[key].as_f64().unwrap();
-        assert!(micros > 0.0 && micros < 1e6, "{key}: {cost}");
+        .await;
+        assert_eq!(response.status(), StatusCode::OK);
     }
-
-    // Nobody polls: it stops by itself, 100 ms (10 samples) after the last poll.
-    eventually("the sampler to stop", || async {
-        !sampler(proxy.status().await).0
+    // Nobody has asked for the dashboard's data: the sampler runs anyway (`/status` does not
+    // poll it).
+    let samples = |status: Value| status["dashboard"]["samples"].as_u64().unwrap();
+    let before = samples(proxy.status().await);
+    eventually("samples taken while nobody looks", || async {
+        samples(proxy.status().await) >= before + 3
     })
     .await;
-    let (_, stopped_at) = sampler(proxy.status().await);
-    // Stopped means stopped: nothing more is sampled however long nobody looks.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(sampler(proxy.status().await), (false, stopped_at));
-
-    // A poll starts it again, and the numbering goes on.
-    data(&proxy, 0).await;
-    wait_for_sample(&proxy, stopped_at + 1).await;
-    assert!(sampler(proxy.status().await).0);
+    // It reports its own cost: how long its last sample held the thread.
+    let cost = proxy.status().await["dashboard"]["last_sample_us"]
+        .as_f64()
+        .unwrap();
+    assert!(cost > 0.0 && cost < 1e6, "{cost}");
+    // The first page to open sees the requests served before it, with their latencies.
+    let first = data(&proxy, 0).await;
+    let points = first["points"].as_array().unwrap();
+    assert_eq!(points[0]["seq"], 1, "from the proxy's start: {first}");
+    assert!(
+        points.iter().any(|p| p["goodput"].as_f64().unwrap() > 0.0),
+        "{first}"
+    );
+    assert!(points.iter().any(|p| p["e2e_ms"].is_array()), "{first}");
 }

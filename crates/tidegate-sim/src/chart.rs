@@ -38,6 +38,21 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Drawn thicker and on top of the others: the line the chart is about.
     pub emphasis: bool,
+    pub pen: Pen,
+}
+
+/// How a line is coloured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pen {
+    /// By the line's position in the chart.
+    #[default]
+    Position,
+    /// The colour of the `index`th arm of a report, so that an arm has the same colour in
+    /// every chart of it, whichever lines each chart has; `dashed` for an arm's second line
+    /// (the simulated one beside the real one).
+    Arm { index: usize, dashed: bool },
+    /// Grey: a line every arm shares, such as the offered load.
+    Reference,
 }
 
 const WIDTH: f64 = 760.0;
@@ -57,6 +72,8 @@ const PALETTE: [&str; 10] = [
 ];
 /// The emphasised line's colour: black stands out from every colour of the palette.
 const EMPHASIS: &str = "#111111";
+/// A reference line's colour: a grey darker than the palette's own.
+const REFERENCE: &str = "#8c8c8c";
 const DASHES: [&str; 3] = ["", " stroke-dasharray=\"6 3\"", " stroke-dasharray=\"2 2\""];
 
 impl Chart {
@@ -72,12 +89,18 @@ impl Chart {
         }
     }
 
-    /// Adds a line.
-    pub fn line(mut self, name: &str, points: Vec<(f64, f64)>) -> Chart {
+    /// Adds a line, coloured by its position.
+    pub fn line(self, name: &str, points: Vec<(f64, f64)>) -> Chart {
+        self.line_with(name, Pen::Position, points)
+    }
+
+    /// Adds a line drawn with `pen`.
+    pub fn line_with(mut self, name: &str, pen: Pen, points: Vec<(f64, f64)>) -> Chart {
         self.series.push(Series {
             name: name.to_owned(),
             points,
             emphasis: false,
+            pen,
         });
         self
     }
@@ -146,12 +169,21 @@ impl Chart {
         order.sort_by_key(|&i| self.series[i].emphasis);
         for i in order {
             let (series, points) = (&self.series[i], &plotted[i]);
-            let colour = if series.emphasis {
-                EMPHASIS
-            } else {
-                PALETTE[i % PALETTE.len()]
+            let (slot, dashed) = match series.pen {
+                Pen::Position => (Some(i), false),
+                Pen::Arm { index, dashed } => (Some(index), dashed),
+                Pen::Reference => (None, true),
             };
-            let dash = DASHES[(i / PALETTE.len()) % DASHES.len()];
+            let colour = match slot {
+                _ if series.emphasis => EMPHASIS,
+                Some(slot) => PALETTE[slot % PALETTE.len()],
+                None => REFERENCE,
+            };
+            let dash = if dashed {
+                DASHES[1]
+            } else {
+                DASHES[(slot.unwrap_or(0) / PALETTE.len()) % DASHES.len()]
+            };
             let width = if series.emphasis { 3.2 } else { 1.6 };
             // Each run of consecutive plottable points is one polyline.
             for run in points.split(Option::is_none) {
@@ -354,6 +386,36 @@ mod tests {
         assert!(svg[last..].contains(&format!("stroke=\"{EMPHASIS}\" stroke-width=\"3.2\"")));
         assert!(svg.contains(r#"font-weight="bold">off</text>"#));
         assert!(svg.contains("a protection with a very lo…</text>"), "{svg}");
+    }
+
+    #[test]
+    fn an_arm_keeps_its_colour_whatever_lines_come_before_it() {
+        let arm = |index, dashed| Pen::Arm { index, dashed };
+        let points = || vec![(0.0, 1.0), (1.0, 2.0)];
+        // The arm's line is second in one chart and first in the other.
+        let goodput = Chart::new("goodput", "second", "ok/s")
+            .line_with("offered", Pen::Reference, points())
+            .line_with("vegas", arm(3, false), points())
+            .line_with("vegas sim", arm(3, true), points())
+            .to_svg();
+        let limit = Chart::new("limit", "second", "requests")
+            .line_with("vegas", arm(3, false), points())
+            .to_svg();
+        let stroke = |svg: &str, nth: usize| {
+            let line = svg.match_indices("<polyline").nth(nth).unwrap().0;
+            svg[line..svg[line..].find("/>").unwrap() + line].to_owned()
+        };
+        let colour = PALETTE[3];
+        assert!(stroke(&goodput, 1).contains(&format!("stroke=\"{colour}\"")));
+        assert!(stroke(&limit, 0).contains(&format!("stroke=\"{colour}\"")));
+        // The simulated line: the arm's colour, dashed; the offered load: grey, dashed.
+        let sim = stroke(&goodput, 2);
+        assert!(
+            sim.contains(colour) && sim.contains("stroke-dasharray"),
+            "{sim}"
+        );
+        let offered = stroke(&goodput, 0);
+        assert!(offered.contains(REFERENCE) && offered.contains("stroke-dasharray"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::Args;
 use tidegate_core::Nanos;
 use tidegate_lab::experiment::{self, Event, ExperimentReport, Selection};
+use tidegate_lab::load::Progress;
 use tidegate_sim::scenario::{Scenario, header_comment};
 
 /// Run a scenario file over real sockets, each figure beside the simulator's prediction
@@ -25,9 +26,9 @@ use tidegate_sim::scenario::{Scenario, header_comment};
 /// they are, so the service and its protection are the same, with less time to settle.
 ///
 /// Examples:
-///   tidegate experiment scenarios/capacity-slow.toml --time-scale 5 --arms off
-///   tidegate experiment scenarios/kanaloa-positive.toml --time-scale 3 --arms off,"tidegate default"
-///   tidegate experiment scenarios/rsocket-leases.toml --arms off,"lease 100","lease 30"
+///   tidegate experiment scenarios/capacity-slow.toml --time-scale 5 --arm off
+///   tidegate experiment scenarios/kanaloa-positive.toml --time-scale 3 --arm off --arm "tidegate default"
+///   tidegate experiment scenarios/rsocket-leases.toml --arms "off,lease 100,lease 30"
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct ExperimentArgs {
@@ -39,8 +40,14 @@ pub(crate) struct ExperimentArgs {
     /// Or shorten the schedule to last this long: 30s, 2m, ...
     #[arg(long, value_parser = crate::parse_duration)]
     duration: Option<Nanos>,
-    /// Only these arms, comma-separated names.
-    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    /// Run only the arm of this name; repeat for several, or give a comma-separated list
+    /// (--arms is the same flag).
+    #[arg(
+        long = "arm",
+        visible_alias = "arms",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
     arms: Vec<String>,
     /// Only this load point of a sweep (requests per second); repeat for several.
     #[arg(long = "load", value_name = "RPS")]
@@ -57,7 +64,7 @@ pub(crate) fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     let selection = Selection {
         time_scale: args.time_scale,
         duration: args.duration,
-        arms: args.arms.iter().map(|a| a.trim().to_owned()).collect(),
+        arms: crate::sim_run::trimmed(&args.arms),
         loads: args.loads.clone(),
     };
     let scenario = experiment::prepare(&args.file, &selection)?;
@@ -79,24 +86,59 @@ pub(crate) fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the experiment on its own runtime, with a line on stderr as each arm starts and ends.
+/// Seconds between two progress lines of a running arm.
+const PROGRESS_EVERY_S: u64 = 5;
+
+/// Runs the experiment on its own runtime, with a line on stderr as each arm starts and ends,
+/// and every few seconds while it runs.
 pub(crate) fn run(scenario: &Scenario) -> anyhow::Result<ExperimentReport> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tidegate-experiment")
         .build()
         .context("starting the tokio runtime")?;
+    let seconds = scenario.duration.as_secs_f64();
+    // The progress at the last line printed, to give rates over the seconds since.
+    let mut last: Option<Progress> = None;
     let report = runtime.block_on(experiment::run(scenario, |event| {
         let mut err = std::io::stderr().lock();
         // Progress is best effort: a closed stderr must not stop the run.
         let _ = match event {
-            Event::Started { arm, load, seconds } => writeln!(
-                err,
-                "{arm}{}: running {seconds}s on real sockets...",
-                load.map_or_else(String::new, |l| format!(" at {l} rps"))
-            ),
+            Event::Started { arm, load, seconds } => {
+                last = None;
+                writeln!(
+                    err,
+                    "{arm}{}: running {seconds}s on real sockets...",
+                    load.map_or_else(String::new, |l| format!(" at {l} rps"))
+                )
+            }
             Event::Dashboard { arm, admin } => {
                 writeln!(err, "{arm}: live dashboard at http://{admin}/dashboard")
+            }
+            Event::Progress { arm, progress } => {
+                let elapsed = progress.elapsed.as_secs();
+                if elapsed == 0 || elapsed % PROGRESS_EVERY_S != 0 || elapsed as f64 > seconds {
+                    return;
+                }
+                let before = last.replace(*progress);
+                let span = before
+                    .map_or(progress.elapsed, |b| {
+                        progress.elapsed.saturating_sub(b.elapsed)
+                    })
+                    .as_secs_f64()
+                    .max(1e-9);
+                let rate = |now: u64, then: fn(&Progress) -> u64| {
+                    now.saturating_sub(before.as_ref().map_or(0, then)) as f64 / span
+                };
+                writeln!(
+                    err,
+                    "{arm}: {elapsed}s of {seconds}s: sent {:.0}/s, ok {:.0}/s, turned away \
+                     {:.0}/s, {} in flight",
+                    rate(progress.sent, |p| p.sent),
+                    rate(progress.finished.ok, |p| p.finished.ok),
+                    rate(progress.finished.shed, |p| p.finished.shed),
+                    progress.inflight
+                )
             }
             Event::Done(run) => writeln!(
                 err,

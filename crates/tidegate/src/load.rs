@@ -228,17 +228,31 @@ pub(crate) fn load(args: LoadArgs) -> anyhow::Result<()> {
         terminal,
         last: None,
     };
+    let url = config.url.to_string();
+    let (give_up, gave_up) = tokio::sync::oneshot::channel::<()>();
+    let mut give_up = Some(give_up);
     let report = runtime.block_on(async {
         // Ctrl-C stops sending; the report covers what was sent, after the requests in
-        // flight end (within the timeout).
+        // flight end (within the timeout). So does an address where nothing answers.
         let interrupted = async {
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
+            let ctrl_c = async {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = ctrl_c => {}
+                Ok(()) = gave_up => {}
             }
         };
         load::run_observed(config, interrupted, |p| {
             if show_progress {
                 line.show(p);
+            }
+            if nobody_there(p)
+                && let Some(give_up) = give_up.take()
+            {
+                let _ = give_up.send(());
             }
         })
         .await
@@ -252,5 +266,43 @@ pub(crate) fn load(args: LoadArgs) -> anyhow::Result<()> {
     } else {
         print!("{report}");
     }
-    Ok(())
+    match nothing_answered(&report, &url) {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(()),
+    }
+}
+
+/// Whether every request that has ended so far failed to reach anything that speaks HTTP
+/// (refused, unreachable, reset before a status): then the rest of the run would only repeat
+/// it, and the run stops. Timeouts are not a reason: a service that is slow now may answer
+/// later, and measuring that is what the load is for.
+fn nobody_there(p: &Progress) -> bool {
+    let f = &p.finished;
+    f.errors > 0 && f.answered == 0 && f.ok == 0 && f.shed == 0 && f.timed_out == 0
+}
+
+/// What to say when no request of the run got an HTTP response: which address, and what
+/// became of the requests instead.
+fn nothing_answered(report: &load::Report, url: &str) -> Option<String> {
+    if !report.statuses.is_empty() || report.total.sent == 0 {
+        return None;
+    }
+    let mut what: Vec<String> = report
+        .errors
+        .iter()
+        .map(|(kind, n)| format!("{n} {}", kind.as_str()))
+        .collect();
+    if report.total.timed_out > 0 {
+        what.push(format!("{} timed out", report.total.timed_out));
+    }
+    let stopped = if report.stopped_early {
+        format!(", stopped after {:.1} s", report.elapsed_s)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "nothing answered at {url}: {} requests sent, {}{stopped}",
+        report.total.sent,
+        what.join(", ")
+    ))
 }

@@ -1,8 +1,10 @@
 //! The `tidegate` command line.
 
 mod demo;
+mod error_line;
 mod experiment;
 mod load;
+mod logging;
 mod origin;
 mod proxy;
 mod sim_replay;
@@ -23,22 +25,29 @@ use tidegate_sim::pdc::{DEFAULT_MULTIPLIER, PdcConfig, ProcessKind};
 /// much the service can do in parallel, queues a little, and turns the rest away early, lowest
 /// priority first.
 #[derive(Debug, Parser)]
-#[command(name = "tidegate", version)]
+#[command(
+    name = "tidegate",
+    version,
+    arg_required_else_help = true,
+    after_help = "Start with `tidegate demo`: an overloaded service on 127.0.0.1, without and \
+                  with tidegate, in under a minute. `tidegate COMMAND --help` says what a \
+                  command does, with examples."
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    Demo(demo::DemoArgs),
+    Proxy(proxy::ProxyArgs),
     /// Run a model in virtual time (deterministic from a seed).
     #[command(subcommand)]
     Sim(Sim),
     Load(load::LoadArgs),
     Origin(origin::OriginArgs),
     Experiment(experiment::ExperimentArgs),
-    Demo(demo::DemoArgs),
-    Proxy(proxy::ProxyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -189,21 +198,20 @@ fn parse_multiplier(s: &str) -> Result<f64, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => Ok(()),
-        Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
-        Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
-        Some(Command::Sim(Sim::Replay(args))) => sim_replay::replay(args),
-        Some(Command::Sim(Sim::Sweep(args))) => sim_sweep::sweep(args),
-        Some(Command::Load(args)) => load::load(args),
-        Some(Command::Origin(args)) => origin::origin(args),
-        Some(Command::Experiment(args)) => experiment::experiment(args),
-        Some(Command::Demo(args)) => demo::demo(args),
-        Some(Command::Proxy(args)) => proxy::run(args),
+        Command::Sim(Sim::Pdc(args)) => pdc(args),
+        Command::Sim(Sim::Run(args)) => sim_run::run(args),
+        Command::Sim(Sim::Replay(args)) => sim_replay::replay(args),
+        Command::Sim(Sim::Sweep(args)) => sim_sweep::sweep(args),
+        Command::Load(args) => load::load(args),
+        Command::Origin(args) => origin::origin(args),
+        Command::Experiment(args) => experiment::experiment(args),
+        Command::Demo(args) => demo::demo(args),
+        Command::Proxy(args) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_line::error_line(&e));
             ExitCode::FAILURE
         }
     }

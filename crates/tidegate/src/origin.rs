@@ -44,7 +44,7 @@ pub(crate) struct OriginArgs {
     #[arg(long, value_name = "FILE")]
     scenario: Option<PathBuf>,
     /// Workers of the pool: requests worked on at once.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_at_least_one)]
     workers: Option<NonZeroU32>,
     /// Nominal time a worker spends on a request: 100ms, 1s, ...
     #[arg(long, value_name = "DURATION", value_parser = crate::parse_positive_duration)]
@@ -83,7 +83,7 @@ pub(crate) struct OriginArgs {
     #[arg(long = "change", value_name = "AT:KEY=VALUE,...", value_parser = parse_capacity_change)]
     changes: Vec<Change>,
     /// Identical instances, each with its own workers and listener.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_at_least_one)]
     instances: Option<NonZeroU32>,
     /// How the front listener spreads requests over the instances: round-robin or
     /// least-loaded (the fewest requests in the service).
@@ -110,6 +110,16 @@ fn parse_curve(s: &str) -> Result<CurvePoints, String> {
 
 fn parse_capacity_change(s: &str) -> Result<Change, String> {
     parse_change(s).map_err(|e| e.to_string())
+}
+
+/// A count that must be at least 1; clap's own parser would say "number would be zero for
+/// non-zero type", which names neither the bound nor what to give.
+fn parse_at_least_one(s: &str) -> Result<NonZeroU32, String> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .and_then(NonZeroU32::new)
+        .ok_or_else(|| "expected a whole number of at least 1".to_owned())
 }
 
 fn parse_non_negative(s: &str) -> Result<NonNegative, String> {

@@ -19,7 +19,15 @@ use tidegate_proxy::{Config, DEFAULT_CONFIG, Proxy, UpstreamConfig};
 /// /healthz, /readyz.
 /// SIGTERM or SIGINT: stop accepting, let requests in flight finish (server.drain_timeout),
 /// exit 0.
+///
+/// Examples:
+///   tidegate proxy --upstream http://127.0.0.1:3000
+///   tidegate proxy --upstream http://10.0.0.5:8000 --upstream http://10.0.0.6:8000 --listen 0.0.0.0:8080
+///   tidegate proxy --print-default-config > tidegate.toml
+///   tidegate proxy --config tidegate.toml --check
+///   tidegate proxy --config tidegate.toml --log-format json --log-level debug
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub(crate) struct ProxyArgs {
     /// An upstream service, http://HOST:PORT[/PATH] (repeat for several: each gets its own
     /// gate, and a request goes to the one with the most room). Replaces the file's upstreams.
@@ -45,6 +53,8 @@ pub(crate) struct ProxyArgs {
     /// Check the configuration, print it as the proxy would run it, and exit (binds nothing).
     #[arg(long)]
     check: bool,
+    #[command(flatten)]
+    log: crate::logging::LogArgs,
 }
 
 pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
@@ -86,6 +96,7 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
         }
     }
     .context("starting the runtime")?;
+    args.log.init();
     runtime.block_on(serve(config))
 }
 
@@ -95,7 +106,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // The handlers are in place before the startup line: a signal sent as soon as it is read
     // drains rather than kills.
     let shutdown = shutdown_signal().context("installing the signal handlers")?;
-    eprintln!(
+    tracing::info!(
+        listen = %proxy.local_addr(),
+        admin = %proxy.admin_addr(),
         "tidegate proxy: listening on {}, admin on {}, upstreams {}",
         proxy.local_addr(),
         proxy.admin_addr(),
@@ -103,8 +116,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     );
     let drained = proxy.run(shutdown).await;
     match drained.cut {
-        0 => eprintln!("tidegate proxy: drained, stopped"),
-        n => eprintln!("tidegate proxy: drain timeout passed, cut {n} connections, stopped"),
+        0 => tracing::info!("tidegate proxy: drained, stopped"),
+        n => tracing::warn!(
+            cut = n,
+            "tidegate proxy: drain timeout passed, cut {n} connections, stopped"
+        ),
     }
     Ok(())
 }

@@ -32,8 +32,14 @@ pub(crate) struct RunArgs {
     /// Run only this load point of a sweep (requests per second); repeat for several.
     #[arg(long = "load", value_name = "RPS")]
     loads: Vec<f64>,
-    /// Run only the arm of this name; repeat for several.
-    #[arg(long = "arm", value_name = "NAME")]
+    /// Run only the arm of this name; repeat for several, or give a comma-separated list
+    /// (--arms is the same flag).
+    #[arg(
+        long = "arm",
+        visible_alias = "arms",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
     arms: Vec<String>,
     /// Threads for the runs [default: the available cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
@@ -50,7 +56,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // The flags' names in front of the shared messages: "--arm \"x\": ...", "--load 7: ...".
     scenario
-        .keep_arms(&args.arms)
+        .keep_arms(&trimmed(&args.arms))
         .and_then(|()| scenario.keep_loads(&args.loads))
         .map_err(|e| anyhow!("--{e}"))?;
     let jobs = args.jobs.map_or_else(
@@ -83,6 +89,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The arm names as given, without the spaces around the commas of a list ("off, aimd").
+pub(crate) fn trimmed(arms: &[String]) -> Vec<String> {
+    arms.iter().map(|a| a.trim().to_owned()).collect()
 }
 
 /// This invocation as a command to paste into a shell: `tidegate` and the arguments as given,

@@ -42,6 +42,18 @@ fn a_short_demo_shows_tidegate_cutting_the_latency_and_writes_its_charts() {
             .find(|l| l.starts_with(prefix))
             .unwrap_or_else(|| panic!("no {prefix:?} line in\n{stdout}"))
     };
+    // 4 s a run is too short to show the overload, and the demo says so, before and after.
+    assert_eq!(
+        stdout.matches("warning: 4 s a run is too short").count(),
+        2,
+        "{stdout}"
+    );
+    // Requests turned away and requests the load generator could not send, apart.
+    let header = line("  ");
+    assert!(
+        header.contains("turned away") && header.contains("not sent"),
+        "{header}"
+    );
     let without = real_p50(line("without tidegate (off)"));
     let with = real_p50(line("with tidegate (tidegate default)"));
     // 4 s per run: unprotected, the queue has grown to several hundred milliseconds of wait;

@@ -28,7 +28,7 @@ fn a_short_run_prints_json_beside_the_simulator_and_writes_its_files() {
         "experiment",
         SCENARIO,
         "--duration",
-        "3s",
+        "6s",
         "--arms",
         "off",
         "--json",
@@ -41,7 +41,9 @@ fn a_short_run_prints_json_beside_the_simulator_and_writes_its_files() {
     assert_eq!(json["scenario"], "capacity-baseline");
     let run = &json["runs"][0];
     assert_eq!(run["arm"], "off");
-    // 5 rps for 3 s at 1 s of work: every request served in about a second, on both sides.
+    // A progress line every 5 s of a run.
+    assert!(stderr.contains("off: 5s of 6s: sent "), "{stderr}");
+    // 5 rps for 6 s at 1 s of work: every request served in about a second, on both sides.
     assert_eq!(run["real"]["whole"]["offered_rps"], 5.0);
     for side in [&run["real"]["whole"], &run["sim"]] {
         let offered = side["offered_rps"].as_f64().unwrap();
@@ -84,4 +86,51 @@ fn bad_selections_name_the_culprit() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn a_tiered_scenario_has_an_ok_column_per_tier_on_both_sides() {
+    let dir =
+        std::env::temp_dir().join(format!("tidegate-experiment-tiers-{}", std::process::id()));
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/cinnamon-tiers.toml"
+    );
+    let out = tidegate(&[
+        "experiment",
+        file,
+        "--duration",
+        "3s",
+        "--load",
+        "200",
+        "--arm",
+        "off",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(dir.join("cinnamon-tiers-lab.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(
+        header[header.len() - 2..],
+        ["ok_tier1", "ok_tier5"],
+        "{csv}"
+    );
+    let mut sides = Vec::new();
+    for line in lines {
+        let row: Vec<&str> = line.split(',').collect();
+        let count = |column: &str| {
+            let i = header.iter().position(|h| *h == column).unwrap();
+            row[i].parse::<u64>().unwrap()
+        };
+        assert_eq!(count("ok"), count("ok_tier1") + count("ok_tier5"), "{line}");
+        sides.push(row[2].to_owned());
+    }
+    assert!(sides.contains(&"real".to_owned()) && sides.contains(&"sim".to_owned()));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

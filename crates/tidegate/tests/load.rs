@@ -160,3 +160,36 @@ fn bad_flags_are_usage_errors_naming_the_culprit() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--rate"));
 }
+
+#[test]
+fn an_address_where_nothing_answers_stops_the_run_and_fails() {
+    // A port nobody listens on: bound, then closed.
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("http://{addr}/");
+    let out = tidegate(&[
+        "load",
+        &url,
+        "--rate",
+        "50",
+        "--duration",
+        "60s",
+        "--json",
+        "--progress",
+        "never",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("nothing answered at {url}")) && err.contains("connect_refused"),
+        "{err}"
+    );
+    // The report of what was tried still comes, and shows the run cut short.
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["stopped_early"], true);
+    assert!(json["elapsed_s"].as_f64().unwrap() < 30.0, "{json}");
+    assert_eq!(json["total"]["ok"], 0);
+}

@@ -166,31 +166,36 @@ fn a_port_in_use_is_named() {
     assert!(err.to_lowercase().contains("in use"), "{err}");
 }
 
+/// `tidegate proxy` with `args`, on free ports and one thread, and its stderr line by line.
+fn spawn_proxy(args: &[&str]) -> (std::process::Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .arg("proxy")
+        .args(args)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let (lines_tx, lines) = mpsc::channel();
+    let stderr = child.stderr.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    (child, lines)
+}
+
 #[test]
 fn sigterm_and_sigint_drain_and_exit_zero() {
     for signal in ["TERM", "INT"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidegate"))
-            .args([
-                "proxy",
-                "--upstream",
-                "http://127.0.0.1:3000",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--threads",
-                "1",
-            ])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary runs");
-        let (lines_tx, lines) = mpsc::channel();
-        let stderr = child.stderr.take().expect("piped");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
+        let (mut child, lines) = spawn_proxy(&["--upstream", "http://127.0.0.1:3000"]);
         let started = lines
             .recv_timeout(Duration::from_secs(10))
             .expect("a startup line");
@@ -217,4 +222,123 @@ fn sigterm_and_sigint_drain_and_exit_zero() {
             .expect("a last line");
         assert!(last.contains("drained"), "{last}");
     }
+}
+
+/// One `GET /` through `addr` with `Connection: close`: the status code, 0 if the exchange
+/// failed.
+fn status_of_get(addr: &str) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return 0;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    if write!(
+        stream,
+        "GET / HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .is_err()
+    {
+        return 0;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An origin on `listener` answering every request 200 and closing, a thread per connection.
+fn answer_ok(listener: std::net::TcpListener) {
+    use std::io::Write as _;
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(&stream);
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let _ = (&stream).write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n",
+                );
+            });
+        }
+    });
+}
+
+#[cfg(unix)]
+#[test]
+fn an_upstream_ejected_and_recovered_is_logged_once_each_as_json() {
+    // The upstream's port, closed for now: every request to it is refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = temp_file(
+        "ejection.toml",
+        "[ejection]\nconsecutive_failures = 3\nbase_time = \"300ms\"\nmax_time = \"300ms\"\n",
+    );
+    let (mut child, lines) = spawn_proxy(&[
+        "--config",
+        config.to_str().expect("UTF-8 path"),
+        "--upstream",
+        &format!("http://127.0.0.1:{port}"),
+        "--log-format",
+        "json",
+    ]);
+    let started: serde_json::Value = serde_json::from_str(
+        &lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a startup line"),
+    )
+    .expect("a JSON line");
+    assert_eq!(started["level"], "INFO", "{started}");
+    let listen = started["listen"].as_str().expect("the listen address");
+
+    // Forty requests while nothing listens: three failures eject, the rest are turned away.
+    let statuses: Vec<u16> = (0..40).map(|_| status_of_get(listen)).collect();
+    assert!(
+        statuses.iter().all(|&s| s == 502 || s == 503),
+        "{statuses:?}"
+    );
+    // The upstream comes back; within a few ejections a probe finds it.
+    answer_ok(std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port again"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_of_get(listen) != 200 {
+        assert!(Instant::now() < deadline, "the upstream never came back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&config);
+
+    let events: Vec<serde_json::Value> = lines
+        .try_iter()
+        .map(|line| serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .filter(|event: &serde_json::Value| event.get("upstream").is_some())
+        .collect();
+    let count = |start: &str| {
+        events
+            .iter()
+            .filter(|e| e["message"].as_str().is_some_and(|m| m.starts_with(start)))
+            .count()
+    };
+    assert_eq!(count("upstream ejected"), 1, "{events:#?}");
+    assert_eq!(count("upstream recovered"), 1, "{events:#?}");
+    // Between them only failed probes, one per ejection period: never a line per request.
+    assert_eq!(
+        events.len(),
+        2 + count("upstream probe failed"),
+        "{events:#?}"
+    );
+    let ejected = &events[0];
+    assert_eq!(ejected["level"], "WARN");
+    assert_eq!(ejected["upstream"], format!("127.0.0.1:{port}"));
+    assert_eq!(ejected["error"], "connect");
+    assert_eq!(ejected["failures"], 3);
 }

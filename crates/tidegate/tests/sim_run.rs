@@ -6,31 +6,11 @@
     reason = "test helpers on the repository's own files"
 )]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn tidegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use std::path::PathBuf;
 
-fn scenario(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(format!("{name}.toml"))
-        .display()
-        .to_string()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use common::{scenario, stderr, stdout, tidegate};
 
 #[test]
 fn prints_the_whole_run_and_the_steady_state_per_arm() {
@@ -116,10 +96,28 @@ fn json_has_an_entry_per_arm_and_load_point_and_out_writes_the_series() {
     assert_eq!(
         lines.next(),
         Some(
-            "arm,load,second,offered,ok,shed,expired,timed_out,p50_ms,p99_ms,limit,inflight,queued,drop_p"
+            "arm,load,second,offered,ok,shed,expired,timed_out,p50_ms,p99_ms,limit,inflight,queued,drop_p,ok_tier1,ok_tier5"
         )
     );
-    assert_eq!(lines.count(), 4 * 5, "a row per second of each run");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4 * 5, "a row per second of each run");
+    for row in &rows {
+        let number = |i: usize| row[i].parse::<u64>().unwrap();
+        assert_eq!(
+            number(4),
+            number(14) + number(15),
+            "ok is the tiers' sum: {row:?}"
+        );
+    }
+    // Tiers are the scenario's point: steady goodput per tier by load, a line per arm.
+    for tier in [1, 5] {
+        let svg = std::fs::read_to_string(
+            dir.join(format!("cinnamon-tiers-goodput-by-load-tier{tier}.svg")),
+        )
+        .unwrap();
+        assert!(svg.contains(&format!("goodput of tier {tier}")), "{svg}");
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+    }
     // A sweep gets charts by load, a line per arm, and time charts at its highest load.
     for what in [
         "goodput-by-load",

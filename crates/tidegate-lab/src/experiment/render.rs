@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use tidegate_sim::chart::{Chart, Scale};
+use tidegate_sim::chart::{Chart, Pen, Scale};
 use tidegate_sim::scenario::NamedChart;
 use tidegate_sim::scenario::report::Figures;
 
@@ -187,10 +187,26 @@ impl ExperimentReport {
     /// simulator's as its own series has them (a static lease's allowance as its limit, and
     /// as in flight the requests in the service, working or in its queue, where the real
     /// side counts those past the gate and not yet answered).
+    ///
+    /// With a mix of several tiers, `ok_tier{T}` columns follow: each tier's ok responses.
     pub fn csv(&self) -> String {
+        // The tiers of the load's mix, in its order (the order of the real side's
+        // `ok_by_tier`); the simulator's are by tier number.
+        let tiers: Vec<u8> = self
+            .runs
+            .first()
+            .map(|r| r.real.report.tiers.iter().filter_map(|t| t.tier).collect())
+            .unwrap_or_default();
+        let tiered = tiers.len() > 1;
         let mut out = String::from(
-            "arm,load,side,second,offered,ok,shed,timed_out,p50_ms,p99_ms,limit,inflight,queued\n",
+            "arm,load,side,second,offered,ok,shed,timed_out,p50_ms,p99_ms,limit,inflight,queued",
         );
+        if tiered {
+            for tier in &tiers {
+                let _ = write!(out, ",ok_tier{tier}");
+            }
+        }
+        out.push('\n');
         let field = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v}"));
         let whole = |x: Option<u64>| x.map_or_else(String::new, |v| v.to_string());
         let name = |s: &str| {
@@ -204,7 +220,7 @@ impl ExperimentReport {
             for s in &run.real.report.per_second {
                 let latency = |v: f64| (s.ok > 0).then_some(v);
                 let gates = run.real.gate_at(s.second + 1);
-                let _ = writeln!(
+                let _ = write!(
                     out,
                     "{},{},real,{},{},{},{},{},{},{},{},{},{}",
                     name(&run.arm),
@@ -220,9 +236,15 @@ impl ExperimentReport {
                     whole(gates.map(|g| g.inflight)),
                     whole(gates.map(|g| g.queued)),
                 );
+                if tiered {
+                    for i in 0..tiers.len() {
+                        let _ = write!(out, ",{}", s.ok_by_tier.get(i).copied().unwrap_or(0));
+                    }
+                }
+                out.push('\n');
             }
             for s in &run.sim.series {
-                let _ = writeln!(
+                let _ = write!(
                     out,
                     "{},{},sim,{},{},{},{},{},{},{},{},{},{}",
                     name(&run.arm),
@@ -238,6 +260,12 @@ impl ExperimentReport {
                     s.inflight,
                     s.queued,
                 );
+                if tiered {
+                    for &tier in &tiers {
+                        let _ = write!(out, ",{}", s.ok_by_tier[usize::from(tier)]);
+                    }
+                }
+                out.push('\n');
             }
         }
         out
@@ -252,10 +280,12 @@ impl ExperimentReport {
             "steady state (requests sent from {}s to {}s); the simulator's prediction in brackets",
             self.warmup_s, self.duration_s
         );
+        // "turned away": refused by the protection or the service; "not sent": due while the
+        // load generator's connections were all waiting, as Gatling's 900 were.
         let _ = writeln!(
             out,
-            "{:<34} {:>17} {:>17} {:>17} {:>15} {:>15}",
-            "", "goodput (ok/s)", "p50 (ms)", "p99 (ms)", "turned away", "timed out"
+            "{:<34} {:>17} {:>17} {:>17} {:>15} {:>15} {:>15}",
+            "", "goodput (ok/s)", "p50 (ms)", "p99 (ms)", "turned away", "not sent", "timed out"
         );
         let pair = |real: String, sim: String| format!("{real} ({sim})");
         let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
@@ -266,14 +296,11 @@ impl ExperimentReport {
             };
             let (real, sim) = (&run.real.steady, &run.sim.steady.figures);
             let away = |f: &Figures, sim: bool| {
-                f.shed_ratio
-                    + f.refused_ratio
-                    + f.unsent_ratio
-                    + if sim { f.expired_ratio } else { 0.0 }
+                f.shed_ratio + f.refused_ratio + if sim { f.expired_ratio } else { 0.0 }
             };
             let _ = writeln!(
                 out,
-                "{:<34} {:>17} {:>17} {:>17} {:>15} {:>15}",
+                "{:<34} {:>17} {:>17} {:>17} {:>15} {:>15} {:>15}",
                 format!("{label} tidegate ({arm})"),
                 pair(
                     format!("{:.1}", real.goodput_rps),
@@ -282,6 +309,7 @@ impl ExperimentReport {
                 pair(ms(real.p50_ms), ms(sim.p50_ms)),
                 pair(ms(real.p99_ms), ms(sim.p99_ms)),
                 pair(pct(away(real, false)), pct(away(sim, true))),
+                pair(pct(real.unsent_ratio), pct(sim.unsent_ratio)),
                 pair(pct(real.timeout_ratio), pct(sim.timeout_ratio)),
             );
         }
@@ -317,7 +345,7 @@ impl ExperimentReport {
                         label,
                     )
                 };
-                for arm in self.arm_names() {
+                for (index, arm) in self.arm_names().into_iter().enumerate() {
                     let runs: Vec<&Comparison> =
                         self.runs.iter().filter(|r| r.arm == arm).collect();
                     let real = runs
@@ -328,7 +356,7 @@ impl ExperimentReport {
                         .iter()
                         .map(|r| (r.load_rps, pick(&r.sim.steady.figures).unwrap_or(f64::NAN)))
                         .collect();
-                    chart = real_and_sim(chart, arm, real, sim);
+                    chart = real_and_sim(chart, (index, arm), real, sim);
                 }
                 chart
             };
@@ -372,12 +400,17 @@ impl ExperimentReport {
             "second",
             "requests",
         );
+        let names = self.arm_names();
         for run in top_runs {
+            let arm = (
+                names.iter().position(|n| *n == run.arm).unwrap_or(0),
+                run.arm.as_str(),
+            );
             let sim = &run.sim.series;
             if let Some(gates) = &run.real.gate_series {
                 limit = real_and_sim(
                     limit,
-                    &run.arm,
+                    arm,
                     gates
                         .iter()
                         .map(|g| (f64::from(g.second), g.limit as f64))
@@ -390,9 +423,12 @@ impl ExperimentReport {
             let real = &run.real.report.per_second;
             goodput = real_and_sim(
                 goodput,
-                &run.arm,
+                arm,
+                // By the second the answers ended, as the simulator counts its series: by
+                // send second, the unprotected side's late answers would pile up above the
+                // service's capacity.
                 real.iter()
-                    .map(|s| ((s.second + 1) as f64, s.ok as f64))
+                    .map(|s| ((s.second + 1) as f64, s.ok_answered as f64))
                     .collect(),
                 sim.iter()
                     .map(|s| (f64::from(s.second), s.ok as f64))
@@ -400,7 +436,7 @@ impl ExperimentReport {
             );
             latency = real_and_sim(
                 latency,
-                &run.arm,
+                arm,
                 real.iter()
                     .map(|s| {
                         let p99 = if s.ok > 0 { s.p99_ms } else { f64::NAN };
@@ -458,8 +494,29 @@ impl ExperimentReport {
 
 /// Adds an arm's two lines to `chart`: `ARM real` and `ARM sim`, the names every lab chart
 /// gives them (the default arm's real line is emphasised by that name).
-fn real_and_sim(chart: Chart, arm: &str, real: Vec<(f64, f64)>, sim: Vec<(f64, f64)>) -> Chart {
+/// An arm's real line and, dashed in the same colour, its simulated one; `index` is the
+/// arm's place in the report, which gives it the same colour in every chart.
+fn real_and_sim(
+    chart: Chart,
+    (index, arm): (usize, &str),
+    real: Vec<(f64, f64)>,
+    sim: Vec<(f64, f64)>,
+) -> Chart {
     chart
-        .line(&format!("{arm} real"), real)
-        .line(&format!("{arm} sim"), sim)
+        .line_with(
+            &format!("{arm} real"),
+            Pen::Arm {
+                index,
+                dashed: false,
+            },
+            real,
+        )
+        .line_with(
+            &format!("{arm} sim"),
+            Pen::Arm {
+                index,
+                dashed: true,
+            },
+            sim,
+        )
 }

@@ -89,6 +89,8 @@ pub(crate) struct Recorder {
     /// Per slot, of the requests intended in the steady window; `None` without one.
     steady: Option<Vec<TierCounts>>,
     seconds: Vec<SecondCounts>,
+    /// Ok responses by the second they ended in, whenever they were sent.
+    ok_answered: Vec<u64>,
     statuses: BTreeMap<u16, u64>,
     errors: BTreeMap<ErrorKind, u64>,
 }
@@ -100,6 +102,9 @@ pub struct Finished {
     pub shed: u64,
     pub timed_out: u64,
     pub errors: u64,
+    /// Responses with an HTTP status, whatever the status: 0 while nothing at the address
+    /// has answered at all.
+    pub answered: u64,
 }
 
 impl Recorder {
@@ -113,6 +118,7 @@ impl Recorder {
             coarse: histogram(2)?,
             fine,
             seconds: Vec::new(),
+            ok_answered: Vec::new(),
             statuses: BTreeMap::new(),
             errors: BTreeMap::new(),
         })
@@ -123,11 +129,12 @@ impl Recorder {
         Histogram::new_from(&self.fine)
     }
 
-    /// Records a request's outcome; `steady` if it was intended in the steady window.
+    /// Records a request's outcome; `second` is the one it was intended in, `answered` the one
+    /// its response ended in; `steady` if it was intended in the steady window.
     pub(crate) fn record(
         &mut self,
         slot: usize,
-        second: usize,
+        (second, answered): (usize, usize),
         steady: bool,
         outcome: Outcome,
         latency: Duration,
@@ -149,6 +156,12 @@ impl Recorder {
                 errors: 0,
                 latency: Histogram::new_from(coarse),
             });
+        }
+        if matches!(outcome, Outcome::Ok { .. }) {
+            if self.ok_answered.len() <= answered {
+                self.ok_answered.resize(answered + 1, 0);
+            }
+            self.ok_answered[answered] += 1;
         }
         let sec = &mut self.seconds[second];
         match outcome {
@@ -173,14 +186,20 @@ impl Recorder {
     }
 
     pub(crate) fn finished(&self) -> Finished {
-        self.slots
-            .iter()
-            .fold(Finished::default(), |f, t| Finished {
+        let answered = self.statuses.values().sum();
+        self.slots.iter().fold(
+            Finished {
+                answered,
+                ..Finished::default()
+            },
+            |f, t| Finished {
                 ok: f.ok + t.ok,
                 shed: f.shed + t.shed,
                 timed_out: f.timed_out + t.timed_out,
                 errors: f.errors + t.errors,
-            })
+                answered: f.answered,
+            },
+        )
     }
 }
 
@@ -271,6 +290,10 @@ pub struct SecondReport {
     pub offered: u64,
     pub sent: u64,
     pub ok: u64,
+    /// Ok responses that ended in this second, whenever they were sent: the rate a service's
+    /// goodput is measured by (`ok` and the other outcomes count by intended send second).
+    /// Answers that end after the run's last second are in no row.
+    pub ok_answered: u64,
     pub shed: u64,
     pub timed_out: u64,
     pub errors: u64,
@@ -383,6 +406,7 @@ impl Report {
                     offered,
                     sent: offered.saturating_sub(not_sent),
                     ok: ok_by_slot.iter().sum(),
+                    ok_answered: recorder.ok_answered.get(s).copied().unwrap_or(0),
                     shed: counts.map_or(0, |c| c.shed),
                     timed_out: counts.map_or(0, |c| c.timed_out),
                     errors: counts.map_or(0, |c| c.errors),
@@ -606,11 +630,12 @@ mod tests {
     fn outcomes_add_up_per_tier_per_second_and_in_total() {
         let mut r = Recorder::new(2, true).unwrap();
         let ms = Duration::from_millis;
-        r.record(0, 0, false, Outcome::Ok { status: 200 }, ms(10));
-        r.record(0, 0, false, Outcome::Ok { status: 204 }, ms(30));
+        r.record(0, (0, 0), false, Outcome::Ok { status: 200 }, ms(10));
+        // Sent in the first second, answered in the third.
+        r.record(0, (0, 2), false, Outcome::Ok { status: 204 }, ms(30));
         r.record(
             1,
-            0,
+            (0, 0),
             false,
             Outcome::Shed {
                 status: 503,
@@ -618,12 +643,12 @@ mod tests {
             },
             ms(1),
         );
-        r.record(1, 1, true, Outcome::TimedOut, ms(1000));
+        r.record(1, (1, 2), true, Outcome::TimedOut, ms(1000));
         let refused = Outcome::Failed {
             kind: ErrorKind::ConnectRefused,
             status: None,
         };
-        r.record(1, 1, true, refused, ms(0));
+        r.record(1, (1, 1), true, refused, ms(0));
         let dispatched = Dispatched {
             offered: vec![2, 4],
             not_sent: vec![0, 1],
@@ -660,6 +685,12 @@ mod tests {
             (2, 0, 1, 1, 1)
         );
         assert_eq!(report.per_second[0].ok_by_tier, vec![2, 0]);
+        let answered: Vec<u64> = report.per_second.iter().map(|s| s.ok_answered).collect();
+        assert_eq!(
+            answered,
+            [1, 0],
+            "ok by the second the answer ended, within the run's seconds"
+        );
         let steady = report.steady.as_ref().unwrap();
         assert_eq!((steady.from_s, steady.seconds), (1.0, 1.0));
         let st = &steady.total;

@@ -7,7 +7,7 @@
 //! where the arms differ most.
 
 use super::report::{ArmRun, Report, Second};
-use crate::chart::{Chart, Scale, Series};
+use crate::chart::{Chart, Pen, Scale, Series};
 
 /// The arm every chart emphasises.
 const DEFAULT_ARM: &str = "tidegate default";
@@ -33,14 +33,31 @@ impl Report {
                 "goodput-by-load",
                 self.by_load(
                     "goodput (ok/s)",
-                    |r| Some(r.steady.figures.goodput_rps),
+                    &|r| Some(r.steady.figures.goodput_rps),
                     Scale::Linear,
                 ),
             ));
             charts.push(named(
                 "p99-by-load",
-                self.by_load("p99 latency (ms)", |r| r.steady.figures.p99_ms, Scale::Log),
+                self.by_load("p99 latency (ms)", &|r| r.steady.figures.p99_ms, Scale::Log),
             ));
+        }
+        // Tiers are the point of a tiered scenario: goodput per tier, by load for a sweep,
+        // over time otherwise (then below, with the other time charts).
+        let tiers = self.tiers();
+        let tiered = tiers.len() > 1;
+        if tiered && loads.len() > 1 {
+            for &tier in &tiers {
+                let key = tier.to_string();
+                charts.push(named(
+                    &format!("goodput-by-load-tier{tier}"),
+                    self.by_load(
+                        &format!("goodput of tier {tier} (ok/s)"),
+                        &|r| r.steady.tiers.get(&key).map(|f| f.goodput_rps),
+                        Scale::Linear,
+                    ),
+                ));
+            }
         }
         let top = loads.last().copied().unwrap_or_default();
         let runs: Vec<&ArmRun> = self.arms.iter().filter(|r| r.load_rps == top).collect();
@@ -61,7 +78,7 @@ impl Report {
                     .iter()
                     .map(|s| (f64::from(s.second), value(s).unwrap_or(f64::NAN)))
                     .collect();
-                chart = chart.line(&run.name, points);
+                chart = chart.line_with(&run.name, self.pen(&run.name), points);
             }
             chart
         };
@@ -77,6 +94,7 @@ impl Report {
                 0,
                 Series {
                     emphasis: false,
+                    pen: Pen::Reference,
                     name: "offered".to_owned(),
                     points: first
                         .series
@@ -87,6 +105,27 @@ impl Report {
             );
         }
         charts.push(named("goodput", goodput));
+        if tiered && loads.len() == 1 {
+            for &tier in &tiers {
+                let mut chart = Chart::new(
+                    &format!("{}: goodput of tier {tier} (ok/s){at}", self.scenario),
+                    "second",
+                    "requests/s",
+                );
+                for run in &runs {
+                    let points = run
+                        .series
+                        .iter()
+                        .map(|s| {
+                            let ok = s.ok_by_tier[usize::from(tier)] as f64;
+                            (f64::from(s.second), ok)
+                        })
+                        .collect();
+                    chart = chart.line_with(&run.name, self.pen(&run.name), points);
+                }
+                charts.push(named(&format!("goodput-tier{tier}"), chart));
+            }
+        }
         charts.push(named(
             "limit",
             over_time("concurrency limit (all instances)", "requests", |s| {
@@ -114,14 +153,33 @@ impl Report {
         loads
     }
 
-    /// A steady-state figure against the offered rate, a line per arm.
-    fn by_load(&self, y_label: &str, value: fn(&ArmRun) -> Option<f64>, scale: Scale) -> Chart {
+    /// The arms' names, each once, in the report's order.
+    fn arm_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
         for run in &self.arms {
             if !names.contains(&run.name.as_str()) {
                 names.push(&run.name);
             }
         }
+        names
+    }
+
+    /// The arm's colour: by its place among the report's arms, the same in every chart.
+    fn pen(&self, arm: &str) -> Pen {
+        Pen::Arm {
+            index: self.arm_names().iter().position(|n| *n == arm).unwrap_or(0),
+            dashed: false,
+        }
+    }
+
+    /// A steady-state figure against the offered rate, a line per arm.
+    fn by_load(
+        &self,
+        y_label: &str,
+        value: &dyn Fn(&ArmRun) -> Option<f64>,
+        scale: Scale,
+    ) -> Chart {
+        let names = self.arm_names();
         let mut chart = Chart {
             y_scale: scale,
             markers: true,
@@ -138,7 +196,7 @@ impl Report {
                 .filter(|r| r.name == name)
                 .map(|r| (r.steady.figures.offered_rps, value(r).unwrap_or(f64::NAN)))
                 .collect();
-            chart = chart.line(name, points);
+            chart = chart.line_with(name, self.pen(name), points);
         }
         chart
     }

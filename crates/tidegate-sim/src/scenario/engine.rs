@@ -626,6 +626,7 @@ impl<'a> Run<'a> {
         match ending {
             Ending::Ok(latency) => {
                 self.second.ok += 1;
+                self.second.ok_by_tier[usize::from(tier)] += 1;
                 self.second_latencies.push(latency.as_nanos());
             }
             Ending::Shed | Ending::Refused | Ending::Unsent => self.second.shed += 1,

@@ -198,6 +198,8 @@ pub struct Second {
     pub second: u32,
     pub offered: u64,
     pub ok: u64,
+    /// Of `ok`, by tier (0 most important).
+    pub ok_by_tier: [u64; TIERS as usize],
     /// Shed, refused and unsent.
     pub shed: u64,
     pub expired: u64,
@@ -332,13 +334,21 @@ impl Report {
     /// Per-second rows of every run: `arm,load,second,offered,ok,shed,expired,timed_out,
     /// p50_ms,p99_ms,limit,inflight,queued,drop_p`; empty fields where there is no value.
     pub fn csv(&self) -> String {
+        // With several tiers, their ok responses too, a column per tier with traffic.
+        let tiers = self.tiers();
         let mut out = String::from(
-            "arm,load,second,offered,ok,shed,expired,timed_out,p50_ms,p99_ms,limit,inflight,queued,drop_p\n",
+            "arm,load,second,offered,ok,shed,expired,timed_out,p50_ms,p99_ms,limit,inflight,queued,drop_p",
         );
+        if tiers.len() > 1 {
+            for tier in &tiers {
+                let _ = write!(out, ",ok_tier{tier}");
+            }
+        }
+        out.push('\n');
         let field = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v}"));
         for arm in &self.arms {
             for s in &arm.series {
-                let _ = writeln!(
+                let _ = write!(
                     out,
                     "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     csv_text(&arm.name),
@@ -356,9 +366,28 @@ impl Report {
                     s.queued,
                     field(s.drop_p.map(round4)),
                 );
+                if tiers.len() > 1 {
+                    for &tier in &tiers {
+                        let _ = write!(out, ",{}", s.ok_by_tier[usize::from(tier)]);
+                    }
+                }
+                out.push('\n');
             }
         }
         out
+    }
+
+    /// The tiers any arm offered traffic at, in order.
+    pub fn tiers(&self) -> Vec<u8> {
+        let mut tiers: Vec<u8> = self
+            .arms
+            .iter()
+            .flat_map(|a| a.whole.tiers.keys())
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        tiers.sort_unstable();
+        tiers.dedup();
+        tiers
     }
 }
 
