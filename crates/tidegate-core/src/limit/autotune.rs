@@ -77,6 +77,11 @@ impl Baseline {
     }
 }
 
+/// The first window is measured only if it lasted this many of its answers' mean rtt: its
+/// answers are those of the requests that finished first, biased short by about the ratio of
+/// the rtt to the window's length.
+const FIRST_WINDOW_RTTS: f64 = 20.0;
+
 /// Configuration of [`Autotune`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -234,7 +239,11 @@ enum Move {
 /// - `ratio > tol`: shrink to `limit x (1 + tol) / (1 + ratio)` (what the tolerance would allow
 ///   if latency is proportional to concurrency), at most halving;
 /// - `ratio < tol / 2` and the limit is in use (largest inflight >= limit / 2): grow by
-///   `max(1, log10(limit))`, except back to the limit that last drew drops, which waits
+///   `max(1, log10(limit))`, or by the headroom `limit x (tol / 2 - ratio)` (FAST TCP's
+///   update, capped under a trial's step) once a covariance check saw throughput follow
+///   inflight; double instead during slow start (from the first window until the first that
+///   does not grow, and only while the largest inflight reached the limit); except back to
+///   the limit that last drew drops, which waits
 ///   for 10 such windows, doubled after each retry that drew drops again (up to 160) and
 ///   halved after one that held; the limit grows past a retried level only once it has
 ///   held there for 10 windows;
@@ -243,7 +252,8 @@ enum Move {
 /// `tol` grows as `1/sqrt(limit)`: a mean over fewer concurrent requests is noisier, and at small
 /// limits one more request is a large relative change, so the rule tolerates more there and
 /// does not walk down to 1 on jitter. After a shrink the next window is a mix of both limits:
-/// it is not measured.
+/// it is not measured. Nor is the first window, unless it lasted 20 of its answers' mean rtt:
+/// its answers are those of the requests that finished first, the short ones.
 ///
 /// **Covariance arbitration.** Every 10 windows, the slope of `ln x` on `ln q` (the
 /// elasticity: `cov / var`, about 1 below the knee, 0 on a plateau, negative with contention)
@@ -346,6 +356,13 @@ pub struct Autotune {
     /// new limit is whole, rather than after a steady ring.
     descending: bool,
     started: bool,
+    /// The window open is the first since the start (see [`FIRST_WINDOW_RTTS`]).
+    first_window: bool,
+    /// No window has asked for less yet: growth doubles (TCP's slow start).
+    slow_start: bool,
+    /// The last covariance check that could tell saw throughput follow inflight (elasticity
+    /// above `high_elasticity`), and none since below `low_elasticity`.
+    elastic: bool,
     window_start: Time,
     samples: u32,
     successes: u32,
@@ -391,6 +408,9 @@ impl Autotune {
             trial: None,
             descending: false,
             started: false,
+            first_window: false,
+            slow_start: true,
+            elastic: false,
             window_start: Time::ZERO,
             samples: 0,
             successes: 0,
@@ -539,7 +559,29 @@ impl Autotune {
                 self.retried = false;
                 self.retries = self.retries.saturating_sub(1);
             }
-            let grown = self.limit + self.limit.log10().max(1.0);
+            // FAST TCP's update, `limit x base / rtt + alpha`, read at the growth's end: far
+            // below the knee (the rtt at its baseline) a limit grows in proportion to the
+            // headroom the tolerance leaves, up to just under a trial's step, so that a knee
+            // of 500 is found in seconds rather than in 200 windows of `log10(limit)`. Only
+            // where the last covariance check saw concurrency buy throughput in proportion:
+            // a baseline measured under load (started far above the knee) shows headroom
+            // that is not there, and growing by it undid each reset of the descent.
+            let headroom = if self.elastic {
+                (self.limit * (tol / 2.0 - ratio)).min(JUDGED_STEP * self.limit.round() - 1.0)
+            } else {
+                0.0
+            };
+            // Slow start (TCP's, BBR's startup): from the first window until the first that
+            // does not grow, the limit doubles, so that a knee of 500 is found in five windows
+            // rather than two hundred. Only while demand exceeds the limit (it was reached): a
+            // limit that doubled on half its use overshot RSocket's servers from their first
+            // window. A doubling past the knee is shrunk back by the latency it adds.
+            let slow_start = self.slow_start && f64::from(self.inflight_max) >= self.limit.round();
+            let grown = if slow_start {
+                self.limit * 2.0
+            } else {
+                self.limit + self.limit.log10().max(1.0).max(headroom)
+            };
             let wait = (RING as u32) << self.retries;
             if self
                 .drop_level
@@ -548,7 +590,7 @@ impl Autotune {
                 return Move::Hold;
             }
             let large = grown.round() - self.limit.round() >= JUDGED_STEP * self.limit.round();
-            if large && self.probe.is_none() {
+            if large && self.probe.is_none() && !slow_start {
                 // A large step is a trial: judged by the throughput it buys over a whole
                 // span at each limit (see `judge_trial`), one at a time.
                 if self.trial.is_some() || !self.span.whole() {
@@ -691,7 +733,15 @@ impl Autotune {
     fn arbitrate(&mut self) {
         let moves = |m: Move| self.ring.iter().filter(|p| p.2 == m).count();
         let (grew, shrank) = (moves(Move::Grow), moves(Move::Shrink));
-        match self.elasticity() {
+        let elasticity = self.elasticity();
+        if let Some(e) = elasticity {
+            if e > self.config.high_elasticity {
+                self.elastic = true;
+            } else if e < self.config.low_elasticity {
+                self.elastic = false;
+            }
+        }
+        match elasticity {
             Some(e) if grew * 2 > RING && e < self.config.low_elasticity => {
                 self.limit *= self.config.reset_factor.clamp(0.0, 1.0);
                 self.base = None;
@@ -757,7 +807,15 @@ impl Autotune {
     /// Closes the current window at `now`.
     fn close_window(&mut self, now: Time) {
         let elapsed = now.saturating_since(self.window_start).as_secs_f64();
-        let settling = std::mem::take(&mut self.settling);
+        // The first window's answers are those of the requests that finished first, the
+        // short ones, unless it lasted many times their rtt: anchored on it, the baseline
+        // of an exponential 100 ms service sat 27% under its mean, and the limit under the
+        // knee. (A service answering in milliseconds is measured from its first window.)
+        let censored = std::mem::take(&mut self.first_window)
+            && self
+                .window_rtt()
+                .is_some_and(|rtt| elapsed < FIRST_WINDOW_RTTS * rtt.mean);
+        let settling = std::mem::take(&mut self.settling) || censored;
         let fresh = std::mem::replace(&mut self.fresh, settling);
         if !settling && elapsed > 0.0 {
             self.fresh = fresh;
@@ -795,6 +853,10 @@ impl Autotune {
                 _ => self.latency_rule(rtt),
             };
             self.fresh = false;
+            if moved != Move::Grow {
+                // The first window that does not grow ends slow start for good.
+                self.slow_start = false;
+            }
             if let Some(restore) = self.probe.take() {
                 // The probe is over; keep its outcome only if latency asked for even less.
                 if moved != Move::Shrink {
@@ -870,6 +932,7 @@ impl Limit for Autotune {
         }
         if !self.started {
             self.started = true;
+            self.first_window = true;
             self.open_window(sample.now);
         }
         self.samples += 1;
@@ -908,6 +971,16 @@ mod tests {
             initial,
             ..AutotuneConfig::default()
         }
+    }
+
+    /// Past its slow start, as after its first window that did not grow: the rules of the
+    /// steady state (growth by `log10`, trials) from the first window.
+    fn past_slow_start(initial: u32) -> Autotune {
+        let mut a = Autotune::new(&config(initial));
+        a.slow_start = false;
+        a.started = true;
+        a.open_window(Time::ZERO);
+        a
     }
 
     /// Feeds `n` samples evenly over the next 500 ms after `start`, all at `rtt`, admitted
@@ -962,14 +1035,19 @@ mod tests {
     fn approach_from_above_resets_down_without_collapsing() {
         // Cinnamon at 1,500 rps: 240 -> ~60 -> ~110. Here from 200: the limit grows a little
         // on a baseline measured under load, throughput does not follow (elasticity < 0.2), a
-        // reset halves it and re-learns the baseline; probes finish the descent.
+        // reset halves it and re-learns the baseline; probes finish the descent. The first
+        // window (answers of 1.6 s in 1.6 s) is not measured, and slow start's one doubling
+        // is tried and shrunk back for the latency it added: under 45 by 14 s (by 10 s
+        // before slow start).
         let mut a = Autotune::new(&config(200));
         let trace = run(&mut a, &Service::kanaloa(), Load::Saturating, secs(180));
         assert!(
-            trace.limit_at(secs(10)) < 45,
+            trace.limit_at(secs(14)) < 45,
             "{}",
-            trace.limit_at(secs(10))
+            trace.limit_at(secs(14))
         );
+        // Its doubling (to 400) is shrunk back by the latency it adds.
+        assert!(trace.limit_at(secs(8)) < 250, "{}", trace.limit_at(secs(8)));
         let mean = trace.mean_limit(secs(60), secs(180));
         assert!((20.0..26.0).contains(&mean), "{mean}");
         assert!(trace.min_limit() >= 12, "{}", trace.min_limit());
@@ -1034,10 +1112,11 @@ mod tests {
             "{}",
             blind.limit_at(secs(180))
         );
-        // Started at 20 the pinned region is never reached.
+        // Started at 20 the pinned region (past 50) is never reached: slow start doubles to
+        // 40, and the first window there that does not grow ends it.
         let mut a = Autotune::new(&config(20));
         let local = run(&mut a, &service, Load::Saturating, secs(180));
-        assert!(local.max_limit() <= 27, "{}", local.max_limit());
+        assert!(local.max_limit() < 50, "{}", local.max_limit());
         // Told the timeout, rtt >= timeout is a drop: it backs off and settles at the knee.
         let told = AutotuneConfig {
             timeout: Some(Nanos::from_millis(300)),
@@ -1138,10 +1217,58 @@ mod tests {
             }
             lowest = lowest.min(a.limit());
         }
-        // A high window still trims it now and then (the first window, unbiased but
-        // alone, can be low by a standard error); the bare minimum went down to 5.
-        assert!(lowest >= 12, "{lowest}");
+        // A high window still trims it now and then (the first measured window, unbiased
+        // but alone, can be low by a standard error); the bare minimum went down to 5.
+        assert!(lowest >= 10, "{lowest}");
         assert!(a.limit() >= 19, "{}", a.limit());
+    }
+
+    #[test]
+    fn slow_start_doubles_while_the_limit_binds_and_ends_where_latency_rises() {
+        // 500 workers at 100 ms, saturated from the start: growing by log10(limit) a window
+        // from 20 took 200 windows to find them; doubling while latency stays flat, in five.
+        let wide = Service {
+            optimal: 500,
+            ..Service::kanaloa()
+        };
+        let mut a = Autotune::new(&config(20));
+        let trace = run(&mut a, &wide, Load::Saturating, secs(30));
+        assert!(
+            trace.limit_at(secs(5)) >= 400,
+            "{}",
+            trace.limit_at(secs(5))
+        );
+        let mean = trace.mean_limit(secs(10), secs(30));
+        assert!((450.0..700.0).contains(&mean), "{mean}");
+        // Past the knee latency rises, the first window that does not grow ends it for good,
+        // and the limit settles at the knee as before (see
+        // `settles_just_past_the_knee_within_seconds`).
+        let mut a = Autotune::new(&config(20));
+        let trace = run(&mut a, &Service::kanaloa(), Load::Saturating, secs(60));
+        assert!(!a.slow_start);
+        assert!(trace.max_limit() <= 40, "{}", trace.max_limit());
+        let mean = trace.mean_limit(secs(20), secs(60));
+        assert!((20.0..27.0).contains(&mean), "{mean}");
+    }
+
+    #[test]
+    fn growth_by_the_headroom_only_where_concurrency_was_seen_to_pay() {
+        // 100 in flight at the baseline: the tolerance at 100 is 15%, half of it 7.5 requests
+        // of headroom. Taken only once a covariance check saw throughput follow inflight;
+        // before, `log10(100)` = 2.
+        let (rtt, ok) = (Nanos::from_millis(100), Outcome::Success);
+        for (elastic, grown) in [(false, 102.0), (true, 107.5)] {
+            let mut a = past_slow_start(100);
+            a.elastic = elastic;
+            a.on_sample(&Sample {
+                now: Time::ZERO,
+                rtt,
+                inflight: 100,
+                outcome: ok,
+            });
+            window(&mut a, Time::ZERO, 100, rtt, ok);
+            assert!((a.limit - grown).abs() < 1e-9, "{elastic}: {}", a.limit);
+        }
     }
 
     #[test]
@@ -1192,7 +1319,7 @@ mod tests {
 
     #[test]
     fn latency_rule_shrinks_to_the_tolerance_and_grows_by_log10() {
-        let mut a = Autotune::new(&config(100));
+        let mut a = past_slow_start(100);
         // A first window at 100 ms sets the baseline, then the limit grows by log10(100) = 2.
         let (rtt, outcome) = (Nanos::from_millis(100), Outcome::Success);
         a.on_sample(&Sample {
@@ -1234,7 +1361,7 @@ mod tests {
         // limit (DCTCP's 1 - f/2), so a service that answers nothing in time is left within
         // a few windows rather than tens.
         let (rtt, ok, dropped) = (Nanos::from_millis(100), Outcome::Success, Outcome::Dropped);
-        let mut a = Autotune::new(&config(20));
+        let mut a = past_slow_start(20);
         a.on_sample(&Sample {
             now: Time::ZERO,
             rtt,
@@ -1266,7 +1393,7 @@ mod tests {
     fn a_limit_that_drew_drops_is_tried_again_only_after_ten_windows() {
         let (rtt, ok) = (Nanos::from_millis(100), Outcome::Success);
         // 2 drops in 20 at 5: 0.9 of 5 is 4.5, which would still round to 5; one less is 4.
-        let mut small = Autotune::new(&config(5));
+        let mut small = past_slow_start(5);
         small.on_sample(&Sample {
             now: Time::ZERO,
             rtt,
@@ -1277,7 +1404,7 @@ mod tests {
         assert_eq!(small.limit(), 4);
         // Above 10, where a step is no trial: the first window sets the baseline, then the
         // limit grows by log10(50).
-        let mut a = Autotune::new(&config(50));
+        let mut a = past_slow_start(50);
         a.on_sample(&Sample {
             now: Time::ZERO,
             rtt,
@@ -1338,7 +1465,7 @@ mod tests {
         // drops. Retries every 10 windows spent a sixth of the time at 8 or backing off.
         // (Above 10, where a step is no trial: the rule is the same below.)
         let (rtt, ok) = (Nanos::from_millis(100), Outcome::Success);
-        let mut a = Autotune::new(&config(50));
+        let mut a = past_slow_start(50);
         a.on_sample(&Sample {
             now: Time::ZERO,
             rtt,
@@ -1413,7 +1540,7 @@ mod tests {
         // alone sat at 2. Judged by its throughput, the growth is undone, and tried again
         // only after 80 windows, then 160: each retry holds the service at twice its
         // concurrency for a whole span, and on RSocket's servers that span is the tail.
-        let mut a = Autotune::new(&config(1));
+        let mut a = past_slow_start(1);
         let mut now = Time::ZERO;
         let mut at_one = 0;
         let mut growths = Vec::new();
@@ -1432,7 +1559,7 @@ mod tests {
             "growths at {growths:?}"
         );
         // Where throughput follows the limit, growth goes on as before.
-        let mut a = Autotune::new(&config(1));
+        let mut a = past_slow_start(1);
         let mut now = Time::ZERO;
         for _ in 0..60 {
             now = service_window(&mut a, now, 20.0, f64::INFINITY);
