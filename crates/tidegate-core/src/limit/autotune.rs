@@ -252,8 +252,9 @@ enum Move {
 /// `tol` grows as `1/sqrt(limit)`: a mean over fewer concurrent requests is noisier, and at small
 /// limits one more request is a large relative change, so the rule tolerates more there and
 /// does not walk down to 1 on jitter. After a shrink the next window is a mix of both limits:
-/// it is not measured. Nor is the first window, unless it lasted 20 of its answers' mean rtt:
-/// its answers are those of the requests that finished first, the short ones.
+/// it is not measured. The first window does not anchor the baseline unless it lasted 20 of
+/// its answers' mean rtt: its answers are those of the requests that finished first, the
+/// short ones (it still seeds `srtt`).
 ///
 /// **Covariance arbitration.** Every 10 windows, the slope of `ln x` on `ln q` (the
 /// elasticity: `cov / var`, about 1 below the knee, 0 on a plateau, negative with contention)
