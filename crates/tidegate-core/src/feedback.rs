@@ -135,9 +135,15 @@ impl Feedback {
             .ok()
             .and_then(|v| v.parse::<CutoffHeader>().ok())
         {
-            Some(header) => self.hint = Some(header.at(now)),
+            Some(header) => self.take(now, header),
             None => self.invalid += 1,
         }
+    }
+
+    /// Takes in a parsed header received at `now`: it replaces the hint held. (The simulator
+    /// hands headers over as values.)
+    pub fn take(&mut self, now: Time, header: CutoffHeader) {
+        self.hint = Some(header.at(now));
     }
 
     /// Whether to drop a request of `priority` at `now` rather than send it.

@@ -5,6 +5,7 @@ mod experiment;
 mod load;
 mod origin;
 mod proxy;
+mod sim_fleet;
 mod sim_run;
 
 use std::path::PathBuf;
@@ -77,6 +78,15 @@ enum Sim {
     ///   tidegate sim run scenarios/capacity-slow.toml --duration 30s --out results/
     #[command(verbatim_doc_comment)]
     Run(sim_run::RunArgs),
+    /// Run a fleet scenario: call chains across proxies and instances, clients that retry
+    ///
+    /// Prints, per arm, the cohort agreement across edge proxies, the wasted work (first-hop
+    /// admissions whose chain failed later), attempts per request, and the chain's goodput.
+    ///
+    /// Example:
+    ///   tidegate sim fleet scenarios/fleet-chain.toml --out docs/experiments/fleet-chain
+    #[command(verbatim_doc_comment)]
+    Fleet(sim_fleet::FleetArgs),
 }
 
 #[derive(Debug, Args)]
@@ -161,6 +171,7 @@ fn main() -> ExitCode {
         None => Ok(()),
         Some(Command::Sim(Sim::Pdc(args))) => pdc(args),
         Some(Command::Sim(Sim::Run(args))) => sim_run::run(args),
+        Some(Command::Sim(Sim::Fleet(args))) => sim_fleet::run(args),
         Some(Command::Load(args)) => load::load(args),
         Some(Command::Origin(args)) => origin::origin(args),
         Some(Command::Experiment(args)) => experiment::experiment(args),
