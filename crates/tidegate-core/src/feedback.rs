@@ -37,9 +37,16 @@ pub struct CutoffHeader {
 
 impl CutoffHeader {
     /// What a gate in `state` says on its responses, holding for `ttl`; `None` when it cuts
-    /// nothing by rank.
+    /// nothing by rank. The regulator's cut-off rank is the least important it admits at
+    /// least in part; the header names the one before it, the least important admitted in
+    /// full, so that callers also hold back the rank the gate sheds a share of: a caller that
+    /// sent it would see that share admitted at its own hop and refused here, its work
+    /// wasted.
     pub fn of(state: &RegulatorState, ttl: Nanos) -> Option<CutoffHeader> {
-        state.cutoff_rank.map(|rank| CutoffHeader { rank, ttl })
+        state.cutoff_rank.map(|rank| CutoffHeader {
+            rank: rank.saturating_sub(1),
+            ttl,
+        })
     }
 
     /// The hint in force from `now`, received now.
@@ -265,9 +272,10 @@ mod tests {
             cutoff_rank: Some(300),
             ..RegulatorState::default()
         };
+        // Rank 300 is cut in part: callers hold it back too.
         assert_eq!(
             CutoffHeader::of(&cutting, ttl),
-            Some(CutoffHeader { rank: 300, ttl })
+            Some(CutoffHeader { rank: 299, ttl })
         );
     }
 }

@@ -14,6 +14,7 @@ use std::num::NonZeroU32;
 
 use serde::{Deserialize, Serialize};
 use tidegate_core::Nanos;
+use tidegate_core::config::GateConfig;
 use tidegate_core::rng::Rng;
 
 use crate::{ConfigError, NonNegative};
@@ -115,6 +116,10 @@ pub struct HopConfig {
     pub network: Nanos,
     #[serde(default)]
     pub slowdown: Option<Slowdown>,
+    /// This hop's proxies' gate, instead of the arm's (when the arm has gates): each service
+    /// of a chain protected as its owners configured it.
+    #[serde(default)]
+    pub gate: Option<GateConfig>,
 }
 
 fn one() -> NonZeroU32 {
@@ -265,6 +270,7 @@ mod tests {
             balance: BalancePolicy::RoundRobin,
             network: Nanos::ZERO,
             slowdown: None,
+            gate: None,
         };
         assert_eq!(
             validate_hops(&[hop(1), hop(1)]).map_err(|e| e.key),

@@ -1,6 +1,6 @@
 //! Fleet scenarios: a call chain of hops, each several proxies (each with its own gate) in
 //! front of several instances, clients that retry, and the features of issue 15 switched on
-//! and off per arm, as a TOML document (`scenarios/fleet-*.toml`).
+//! and off per arm, as a TOML document (`scenarios/fleet/*.toml`).
 //!
 //! ```toml
 //! seed = 15

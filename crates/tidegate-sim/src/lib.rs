@@ -8,7 +8,7 @@
 //! - [`pdc`]: the producer-dispatcher-consumer model of ScyllaDB's "phantom jams" article.
 //! - [`scenario`]: scenario files (`scenarios/*.toml`) and the engine that runs their arms,
 //!   tidegate's gate between the models of `tidegate-model`.
-//! - [`fleet`]: fleet scenarios (`scenarios/fleet-*.toml`): call chains of hops, each several
+//! - [`fleet`]: fleet scenarios (`scenarios/fleet/*.toml`): call chains of hops, each several
 //!   proxies with their own gates in front of several instances, clients that retry.
 //! - [`chart`]: line charts as standalone SVG files for the reports.
 //! - [`histogram`]: a fixed-size log-linear latency histogram (memory independent of the

@@ -84,7 +84,7 @@ enum Sim {
     /// admissions whose chain failed later), attempts per request, and the chain's goodput.
     ///
     /// Example:
-    ///   tidegate sim fleet scenarios/fleet-chain.toml --out docs/experiments/fleet-chain
+    ///   tidegate sim fleet scenarios/fleet/chain.toml --out docs/experiments/fleet-chain
     #[command(verbatim_doc_comment)]
     Fleet(sim_fleet::FleetArgs),
 }

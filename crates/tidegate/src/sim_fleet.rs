@@ -13,7 +13,7 @@ use crate::sim_run::command_line;
 
 #[derive(Debug, Args)]
 pub(crate) struct FleetArgs {
-    /// The fleet scenario file (see scenarios/fleet-*.toml).
+    /// The fleet scenario file (see scenarios/fleet/*.toml).
     file: PathBuf,
     /// Seed of the random streams, instead of the file's.
     #[arg(long)]

@@ -201,6 +201,8 @@ struct Engine<'a> {
     rng: Rng,
     now: Time,
     seq: u64,
+    /// Events in the heap other than ticks.
+    pending: u64,
     heap: BinaryHeap<Reverse<(Time, u64, Event)>>,
     hops: Vec<Hop>,
     mix: TierMix,
@@ -218,9 +220,16 @@ struct Engine<'a> {
 pub fn run(scenario: &FleetScenario, arm: &FleetArm, seed: u64) -> ArmResult {
     let mut engine = Engine::new(scenario, arm, seed);
     engine.schedule(Time::ZERO, Event::Arrival);
-    while let Some(Reverse((at, _, event))) = engine.heap.pop() {
+    // Gates tick for as long as they are asked to (PIE every 15 ms, forever): the run ends
+    // when nothing but ticks is left.
+    while engine.pending > 0
+        && let Some(Reverse((at, _, event))) = engine.heap.pop()
+    {
         engine.now = at;
         engine.result.events += 1;
+        if !matches!(event, Event::Tick(..)) {
+            engine.pending -= 1;
+        }
         engine.handle(event);
     }
     engine.into_result()
@@ -237,7 +246,9 @@ impl<'a> Engine<'a> {
                 config: config.clone(),
                 proxies: (0..config.proxies.get())
                     .map(|p| Proxy {
-                        gate: gate.as_ref().map(|g| g.build()),
+                        gate: gate
+                            .as_ref()
+                            .map(|g| config.gate.as_ref().unwrap_or(g).build()),
                         tickets: HashMap::new(),
                         tick_at: Time::MAX,
                         feedback: Feedback::default(),
@@ -277,6 +288,7 @@ impl<'a> Engine<'a> {
             rng: Rng::seed(seed),
             now: Time::ZERO,
             seq: 0,
+            pending: 0,
             heap: BinaryHeap::new(),
             hops,
             mix: TierMix::new(scenario),
@@ -300,6 +312,9 @@ impl<'a> Engine<'a> {
     }
 
     fn schedule(&mut self, at: Time, event: Event) {
+        if !matches!(event, Event::Tick(..)) {
+            self.pending += 1;
+        }
         self.seq += 1;
         self.heap.push(Reverse((at, self.seq, event)));
     }
@@ -539,10 +554,10 @@ impl<'a> Engine<'a> {
         }
         let p = &mut self.hops[usize::from(hop)].proxies[proxy as usize];
         if let Some(gate) = p.gate.as_mut() {
-            let next = gate.next_tick();
+            let next = gate.next_tick().max(self.now);
             if next < p.tick_at {
                 p.tick_at = next;
-                self.schedule(next.max(self.now), Event::Tick(hop, proxy));
+                self.schedule(next, Event::Tick(hop, proxy));
             }
         }
     }
