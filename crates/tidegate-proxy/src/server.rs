@@ -96,6 +96,7 @@ impl Proxy {
                 target,
                 gates,
                 health: Health::new(config.ejection.clone()),
+                cutoff: Default::default(),
             });
         }
         let forwarding = Forwarding::new(
