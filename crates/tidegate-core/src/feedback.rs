@@ -81,16 +81,13 @@ impl FromStr for CutoffHeader {
     fn from_str(s: &str) -> Result<CutoffHeader, ParseCutoffError> {
         let mut rank = None;
         let mut ttl = None;
-        for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (key, value) = pair
-                .split_once('=')
-                .ok_or_else(|| ParseCutoffError::Syntax(pair.to_owned()))?;
-            let value = value.trim();
+        for pair in crate::lease::pairs(s) {
+            let (key, value) = pair.map_err(|pair| ParseCutoffError::Syntax(pair.to_owned()))?;
             let invalid = |key| ParseCutoffError::Invalid {
                 key,
                 value: value.to_owned(),
             };
-            match key.trim() {
+            match key {
                 "rank" => {
                     let parsed: u16 = value.parse().map_err(|_| invalid("rank"))?;
                     if usize::from(parsed) >= RANKS {

@@ -104,24 +104,48 @@ struct State {
     stats: OutboundStats,
 }
 
+/// A layer's state behind a lock, and the clock it is read against (tokio's, so that paused
+/// time in tests moves it).
 #[derive(Debug)]
-struct Shared {
+struct Clocked<S> {
     epoch: Instant,
-    default: Priority,
-    state: Mutex<State>,
+    state: Mutex<S>,
 }
 
-impl Shared {
+impl<S> Clocked<S> {
+    fn new(state: S) -> Clocked<S> {
+        Clocked {
+            epoch: Instant::now(),
+            state: Mutex::new(state),
+        }
+    }
+
     fn now(&self) -> Time {
         Time::ZERO + Nanos::from(self.epoch.elapsed())
     }
 
     /// The state; a panic while it was held (none of the code holding it panics) leaves
     /// counts that are still counts.
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, S> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    default: Priority,
+    clocked: Clocked<State>,
+}
+
+impl Shared {
+    fn now(&self) -> Time {
+        self.clocked.now()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.clocked.state()
     }
 }
 
@@ -138,9 +162,8 @@ impl OutboundLayer {
     pub fn new(throttle: Option<ThrottleConfig>, default: Priority) -> OutboundLayer {
         OutboundLayer {
             shared: Arc::new(Shared {
-                epoch: Instant::now(),
                 default,
-                state: Mutex::new(State {
+                clocked: Clocked::new(State {
                     throttle: throttle.as_ref().map(AdaptiveThrottle::new),
                     feedback: Feedback::default(),
                     rng: Rng::seed(seed()),

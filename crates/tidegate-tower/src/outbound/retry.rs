@@ -3,19 +3,18 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, Request, Response};
+use tidegate_core::Nanos;
 use tidegate_core::outbound::{RetryBudget, RetryBudgetConfig, RetryPolicy};
 use tidegate_core::rng::Rng;
-use tidegate_core::{Nanos, Time};
-use tokio::time::Instant;
 use tower::util::ServiceExt as _;
 use tower::{BoxError, Layer, Service};
 
-use super::{Throttled, is_refusal};
+use super::{Clocked, Throttled, is_refusal};
 
 #[derive(Debug)]
 struct State {
@@ -25,21 +24,8 @@ struct State {
 
 #[derive(Debug)]
 struct Shared {
-    epoch: Instant,
     policy: RetryPolicy,
-    state: Mutex<State>,
-}
-
-impl Shared {
-    fn now(&self) -> Time {
-        Time::ZERO + Nanos::from(self.epoch.elapsed())
-    }
-
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+    clocked: Clocked<State>,
 }
 
 /// Applies [`Retrying`]. Every client it wraps shares one budget.
@@ -52,9 +38,8 @@ impl RetryLayer {
     pub fn new(policy: RetryPolicy, budget: RetryBudgetConfig) -> RetryLayer {
         RetryLayer {
             shared: Arc::new(Shared {
-                epoch: Instant::now(),
                 policy,
-                state: Mutex::new(State {
+                clocked: Clocked::new(State {
                     budget: RetryBudget::new(&budget),
                     rng: Rng::seed(super::seed()),
                 }),
@@ -138,7 +123,7 @@ where
         // The ready service takes the first attempt; the clone stays for the next call.
         let clone = self.inner.clone();
         let mut service = std::mem::replace(&mut self.inner, clone);
-        shared.state().budget.request(shared.now());
+        shared.clocked.state().budget.request(shared.clocked.now());
         RetryFuture {
             inner: Box::pin(async move {
                 let mut attempts = 0;
@@ -159,8 +144,8 @@ where
                         Err(_) => None,
                     };
                     let wait = {
-                        let now = shared.now();
-                        let mut state = shared.state();
+                        let now = shared.clocked.now();
+                        let mut state = shared.clocked.state();
                         let state = &mut *state;
                         match shared.policy.next_wait(attempts, asked, &mut state.rng) {
                             Some(wait) if state.budget.try_retry(now) => wait,
