@@ -207,7 +207,7 @@ fn sim_help_lists_only_what_exists() {
         .filter_map(|l| l.split_whitespace().next())
         .take_while(|w| !w.ends_with(':'))
         .collect();
-    assert_eq!(commands, ["pdc", "run", "help"], "{help}");
+    assert_eq!(commands, ["pdc", "run", "fleet", "help"], "{help}");
     let help = stdout(&tidegate(&["sim", "pdc", "--help"]));
     for word in [
         "--period",
