@@ -13,3 +13,10 @@ for file in scenarios/*.toml; do
         { echo "tidegate sim run $file failed" >&2; exit 1; }
     echo "docs/experiments/$name/$name.md"
 done
+# The fleet scenarios with a page (scenarios/fleet/scale.toml is a speed check, without one).
+for name in chain chain-fixed-edge; do
+    target/release/tidegate sim fleet "scenarios/fleet/$name.toml" \
+        --out "docs/experiments/fleet-$name" >/dev/null 2>&1 ||
+        { echo "tidegate sim fleet scenarios/fleet/$name.toml failed" >&2; exit 1; }
+    echo "docs/experiments/fleet-$name/fleet-$name.md"
+done
