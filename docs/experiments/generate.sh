@@ -3,7 +3,8 @@
 #   tidegate sim run scenarios/NAME.toml --out docs/experiments/NAME
 # which writes NAME.md (the scenario file's head comment, the command, the tables), the SVG
 # charts the page shows, and NAME.csv (the per-second series; not committed, see .gitignore);
-# then the robustness sweep,
+# then the fleet scenarios with a page (tidegate sim fleet scenarios/fleet/NAME.toml --out
+# docs/experiments/fleet-NAME); then the robustness sweep,
 #   tidegate sim sweep --out docs/experiments/robustness
 # which writes robustness.md (the command, the tables by axis, the misses of the default),
 # the two heatmaps, robustness.txt and robustness.json (not committed, see .gitignore).
@@ -18,6 +19,13 @@ for file in scenarios/*.toml; do
     target/release/tidegate sim run "$file" --out "docs/experiments/$name" >/dev/null 2>&1 ||
         { echo "tidegate sim run $file failed" >&2; exit 1; }
     echo "docs/experiments/$name/$name.md"
+done
+# The fleet scenarios with a page (scenarios/fleet/scale.toml is a speed check, without one).
+for name in chain chain-fixed-edge; do
+    target/release/tidegate sim fleet "scenarios/fleet/$name.toml" \
+        --out "docs/experiments/fleet-$name" >/dev/null 2>&1 ||
+        { echo "tidegate sim fleet scenarios/fleet/$name.toml failed" >&2; exit 1; }
+    echo "docs/experiments/fleet-$name/fleet-$name.md"
 done
 target/release/tidegate sim sweep --out docs/experiments/robustness >/dev/null 2>&1 ||
     { echo "tidegate sim sweep failed" >&2; exit 1; }

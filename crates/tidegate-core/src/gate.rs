@@ -591,6 +591,12 @@ impl Gate {
         &self.counters
     }
 
+    /// The regulator's state alone: what a response's `tidegate-cutoff` header says, read
+    /// on every response, where a whole [`Gate::snapshot`] would copy every counter.
+    pub fn regulator_state(&self) -> RegulatorState {
+        self.regulator.state()
+    }
+
     pub fn snapshot(&self, now: Time) -> Snapshot {
         Snapshot {
             inflight: self.inflight,

@@ -61,18 +61,29 @@ pub enum ParseLeaseError {
     Syntax(String),
 }
 
+/// The `key=value` pairs of a tidegate header (`tidegate-lease`, `tidegate-cutoff`): split at
+/// commas, white space around keys and values trimmed, empty pairs skipped; a pair without
+/// `=` is the `Err`.
+pub(crate) fn pairs(s: &str) -> impl Iterator<Item = Result<(&str, &str), &str>> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(key, value)| (key.trim(), value.trim()))
+                .ok_or(pair)
+        })
+}
+
 impl FromStr for LeaseHeader {
     type Err = ParseLeaseError;
 
     fn from_str(s: &str) -> Result<LeaseHeader, ParseLeaseError> {
         let mut allowed = None;
         let mut ttl = None;
-        for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (key, value) = pair
-                .split_once('=')
-                .ok_or_else(|| ParseLeaseError::Syntax(pair.to_owned()))?;
-            let value = value.trim();
-            match key.trim() {
+        for pair in pairs(s) {
+            let (key, value) = pair.map_err(|pair| ParseLeaseError::Syntax(pair.to_owned()))?;
+            match key {
                 "allowed" => {
                     let parsed = value.parse().map_err(|_| ParseLeaseError::Invalid {
                         key: "allowed",

@@ -9,11 +9,15 @@
 //! - [`limit`]: how many requests may be in flight (`Fixed`, `Aimd`, `Vegas`, `Gradient2`,
 //!   `HillClimb`, `Autotune`).
 //! - [`regulator`]: who is turned away before queueing (`Pie`, `Codel`, `Pid`, `Off`).
+//! - [`outbound`]: the caller's side: adaptive throttling, retry budgets, retry policies.
+//! - [`feedback`]: a gate's cut-off told to its callers (`tidegate-cutoff`).
 
 pub mod config;
+pub mod feedback;
 pub mod gate;
 pub mod lease;
 pub mod limit;
+pub mod outbound;
 pub mod priority;
 pub mod queue;
 pub mod regulator;

@@ -14,12 +14,15 @@
 //! - capacity changes on a schedule ([`service::Change`]) and several instances;
 //! - [`lease::StaticLease`]: an RSocket responder's static lease, N requests per window;
 //! - [`client`]: open-loop arrivals (constant or Poisson, with steps and ramps), closed-loop
-//!   workers, a per-request timeout, a connection cap, a tier mix, caller keys and retries.
+//!   workers, a per-request timeout, a connection cap, a tier mix, caller keys and retries;
+//! - [`fleet`]: hops of a call chain, proxies and instances behind load balancers, and the
+//!   clients' retry modes, for the simulator's fleet models.
 //!
 //! Work a service accepted always runs to its end, whether or not its client is still waiting:
 //! a service does not learn that its caller gave up, which is what makes an overload collapse.
 
 pub mod client;
+pub mod fleet;
 pub mod lease;
 pub mod service;
 

@@ -29,6 +29,8 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use prometheus_client::registry::Registry;
 use tidegate_core::lease::LeaseHeader;
+
+use crate::cutoff;
 use tidegate_core::limit::Outcome;
 use tidegate_tower::{Permit, default_outcome};
 use tokio::sync::watch;
@@ -166,6 +168,12 @@ pub(crate) async fn handle(
     };
     let mut completion = Completion::new(shared.clone(), pick, class.partition, arrived);
     let upstream = &shared.upstreams.list[pick.upstream];
+    if let Some(rank) = upstream.cutoff.refuses(arrived, class.priority) {
+        // The upstream said it refuses this priority for now: shed it here, before any
+        // work is spent on it (docs/feedback.md).
+        completion.finish(Class::Shed, None);
+        return Ok(cutoff_shed(&shared, rank));
+    }
     let permit = match upstream.gates[class.partition]
         .gate
         .acquire(class.priority)
@@ -175,6 +183,10 @@ pub(crate) async fn handle(
         Err(shed) => {
             let mut response: Response<ResponseBody> = shed.to_http_response();
             *response.status_mut() = shared.shed_status;
+            let state = upstream.gates[class.partition].gate.snapshot().regulator;
+            if let Some(value) = cutoff::header_of(&state) {
+                response.headers_mut().insert(&cutoff::HEADER, value);
+            }
             completion.finish(Class::Shed, None);
             return Ok(response);
         }
@@ -303,6 +315,22 @@ fn unavailable(shared: &Shared, now: u64, until: u64) -> Response<ResponseBody> 
     response
 }
 
+/// A request shed on the upstream's cut-off: the shed status, `Retry-After: 1`, the reason
+/// `cutoff`, and the cut-off passed on to the caller.
+fn cutoff_shed(shared: &Shared, rank: u16) -> Response<ResponseBody> {
+    let mut response = empty(shared.shed_status);
+    let headers = response.headers_mut();
+    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(
+        tidegate_tower::error::REASON_HEADER,
+        HeaderValue::from_static("cutoff"),
+    );
+    if let Ok(value) = HeaderValue::from_str(&format!("rank={rank}, ttl=250ms")) {
+        headers.insert(&cutoff::HEADER, value);
+    }
+    response
+}
+
 fn empty(status: StatusCode) -> Response<ResponseBody> {
     let mut response = Response::new(ResponseBody::default());
     *response.status_mut() = status;
@@ -365,6 +393,11 @@ impl Completion {
         let probe = std::mem::replace(&mut self.pick.probe, false);
         let upstream = self.upstream();
         upstream.health.success(probe, &upstream.metrics);
+        if let Some(value) = headers.get(&cutoff::HEADER)
+            && !upstream.cutoff.receive(self.shared.now(), value)
+        {
+            upstream.metrics.cutoff_invalid.inc();
+        }
         if let Some(value) = take_lease(headers) {
             match value
                 .to_str()

@@ -31,6 +31,7 @@
 mod admin;
 mod classify;
 pub mod config;
+mod cutoff;
 mod dashboard;
 mod error;
 mod forward;

@@ -99,6 +99,7 @@ pub(crate) struct UpstreamMetrics {
     pub(crate) ejected: Gauge,
     pub(crate) abandoned: Gauge,
     pub(crate) lease_invalid: Counter,
+    pub(crate) cutoff_invalid: Counter,
 }
 
 impl UpstreamMetrics {
@@ -120,6 +121,7 @@ impl UpstreamMetrics {
             ejected: Gauge::default(),
             abandoned: Gauge::default(),
             lease_invalid: Counter::default(),
+            cutoff_invalid: Counter::default(),
         }
     }
 }
@@ -133,6 +135,7 @@ pub(crate) struct ProxyMetrics {
     ejected: Family<Labels, Gauge>,
     abandoned: Family<Labels, Gauge>,
     lease_invalid: Family<Labels, Counter>,
+    cutoff_invalid: Family<Labels, Counter>,
     pub(crate) priority_invalid: Counter,
     /// Requests answered 503 because every upstream was ejected.
     pub(crate) unavailable: Histogram,
@@ -150,6 +153,7 @@ impl ProxyMetrics {
         let ejected = Family::<Labels, Gauge>::default();
         let abandoned = Family::<Labels, Gauge>::default();
         let lease_invalid = Family::<Labels, Counter>::default();
+        let cutoff_invalid = Family::<Labels, Counter>::default();
         let priority_invalid = Counter::default();
         registry.register(
             "tidegate_request_duration_seconds",
@@ -182,6 +186,11 @@ impl ProxyMetrics {
             lease_invalid.clone(),
         );
         registry.register(
+            "tidegate_cutoff_header_invalid",
+            "Cut-off headers (tidegate-cutoff) from an upstream that did not parse; ignored.",
+            cutoff_invalid.clone(),
+        );
+        registry.register(
             "tidegate_priority_header_invalid",
             "Priority headers that did not parse; the request got the default priority",
             priority_invalid.clone(),
@@ -199,6 +208,7 @@ impl ProxyMetrics {
             ejected,
             abandoned,
             lease_invalid,
+            cutoff_invalid,
             priority_invalid,
             unavailable,
         }
@@ -223,6 +233,7 @@ impl ProxyMetrics {
             ejected: self.ejected.get_or_create(&vec![name()]).clone(),
             abandoned: self.abandoned.get_or_create(&vec![name()]).clone(),
             lease_invalid: self.lease_invalid.get_or_create(&vec![name()]).clone(),
+            cutoff_invalid: self.cutoff_invalid.get_or_create(&vec![name()]).clone(),
         }
     }
 }

@@ -95,6 +95,7 @@ impl Proxy {
                 target,
                 gates,
                 health: Health::new(&name, config.ejection.clone()),
+                cutoff: Default::default(),
                 name,
             });
         }

@@ -160,6 +160,8 @@ pub(crate) struct Upstream {
     pub(crate) gates: Vec<GateSlot>,
     pub(crate) health: Health,
     pub(crate) metrics: UpstreamMetrics,
+    /// What the upstream last said it refuses (`tidegate-cutoff`).
+    pub(crate) cutoff: crate::cutoff::UpstreamCutoff,
 }
 
 /// Whether an upstream may be sent requests.

@@ -9,6 +9,8 @@
 //! - [`scenario`]: scenario files (`scenarios/*.toml`) and the engine that runs their arms,
 //!   tidegate's gate between the models of `tidegate-model`.
 //! - [`replay`]: an access log's service fitted and its traffic replayed through every arm.
+//! - [`fleet`]: fleet scenarios (`scenarios/fleet/*.toml`): call chains of hops, each several
+//!   proxies with their own gates in front of several instances, clients that retry.
 //! - [`chart`]: line charts as standalone SVG files for the reports.
 //! - [`sweep`]: the robustness sweep, every arm on a generated family of service shapes and
 //!   loads, with an oracle and the targets.
@@ -16,6 +18,7 @@
 //!   number of samples).
 
 pub mod chart;
+pub mod fleet;
 pub mod histogram;
 mod parallel;
 pub mod pdc;

@@ -7,13 +7,19 @@
 //!   (axum, tonic, hyper), holding the permit until the response body ends.
 //! - [`metrics`]: the gate's counters and gauges in a `prometheus-client` registry.
 //! - [`lease`]: advertise the service's current lease to the proxies in front of it.
+//! - [`feedback`]: tell callers how deep the gate is cutting (`tidegate-cutoff`).
+//! - [`outbound`]: the client side: the current priority stamped on outbound calls, the
+//!   callee's cut-off honoured, adaptive throttling and budgeted retries.
 
+pub mod advertise;
 mod body;
 mod clock;
 pub mod error;
+pub mod feedback;
 mod layer;
 pub mod lease;
 pub mod metrics;
+pub mod outbound;
 mod shared;
 
 pub use body::PermitBody;

@@ -8,6 +8,7 @@ mod logging;
 mod origin;
 mod proxy;
 mod sim_replay;
+mod sim_fleet;
 mod sim_run;
 mod sim_sweep;
 
@@ -117,6 +118,15 @@ enum Sim {
     ///   tidegate sim sweep --case pareto --case "step 10x" --arm "tidegate default" --arm oracle
     #[command(verbatim_doc_comment)]
     Sweep(sim_sweep::SweepArgs),
+    /// Run a fleet scenario: call chains across proxies and instances, clients that retry
+    ///
+    /// Prints, per arm, the cohort agreement across edge proxies, the wasted work (first-hop
+    /// admissions whose chain failed later), attempts per request, and the chain's goodput.
+    ///
+    /// Example:
+    ///   tidegate sim fleet scenarios/fleet/chain.toml --out docs/experiments/fleet-chain
+    #[command(verbatim_doc_comment)]
+    Fleet(sim_fleet::FleetArgs),
 }
 
 #[derive(Debug, Args)]
@@ -202,6 +212,7 @@ fn main() -> ExitCode {
         Command::Sim(Sim::Run(args)) => sim_run::run(args),
         Command::Sim(Sim::Replay(args)) => sim_replay::replay(args),
         Command::Sim(Sim::Sweep(args)) => sim_sweep::sweep(args),
+        Command::Sim(Sim::Fleet(args)) => sim_fleet::run(args),
         Command::Load(args) => load::load(args),
         Command::Origin(args) => origin::origin(args),
         Command::Experiment(args) => experiment::experiment(args),

@@ -209,7 +209,7 @@ fn sim_help_lists_only_what_exists() {
         .collect();
     assert_eq!(
         commands,
-        ["pdc", "run", "replay", "sweep", "help"],
+        ["pdc", "run", "replay", "sweep", "fleet", "help"],
         "{help}"
     );
     let help = stdout(&tidegate(&["sim", "pdc", "--help"]));

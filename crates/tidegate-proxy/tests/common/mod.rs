@@ -275,6 +275,14 @@ async fn origin(state: Arc<OriginState>, request: Request<Incoming>) -> Response
                 .headers_mut()
                 .insert("tidegate-lease", lease.parse().unwrap());
         }
+    } else if let Some(rest) = path.strip_prefix("/cutoff/") {
+        // Refused, with `tidegate-cutoff: rank=RANK, ttl=TTL` from `/cutoff/RANK/TTL`.
+        let (rank, ttl) = rest.split_once('/').unwrap();
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        let cutoff = format!("rank={rank}, ttl={ttl}");
+        response
+            .headers_mut()
+            .insert("tidegate-cutoff", cutoff.parse().unwrap());
     } else if path == "/hop" {
         let headers = response.headers_mut();
         headers.insert("connection", "x-hop".parse().unwrap());

@@ -1,0 +1,103 @@
+use super::*;
+
+const SMALL: &str = r#"
+seed = 3
+duration = "6s"
+measure_from = "3s"
+[load]
+rate = 900
+timeout = "1s"
+users = 500
+tiers = [{ tier = 1, weight = 0.2 }, { tier = 4, weight = 0.8 }]
+[[hops]]
+proxies = 2
+instances = 2
+workers = 8
+work = "1ms"
+calls = 2
+[[hops]]
+proxies = 2
+instances = 2
+workers = 2
+work = "2ms"
+slowdown = { at = "2s", factor = 2 }
+[[arms]]
+name = "tidegate"
+queue = { wait_bound = inf }
+retry = { mode = "retry_after", budget = true }
+[[arms]]
+name = "no gate"
+gate = false
+retry = { mode = "naive" }
+"#;
+
+fn small() -> FleetScenario {
+    let scenario: FleetScenario = toml::from_str(SMALL).expect("valid");
+    scenario.validate().expect("consistent");
+    scenario
+}
+
+#[test]
+fn errors_name_the_key() {
+    let unknown = SMALL.replace("calls = 2", "calls = 2\ncals = 1");
+    let err = toml::from_str::<FleetScenario>(&unknown)
+        .expect_err("unknown key")
+        .to_string();
+    assert!(err.contains("cals"), "{err}");
+    let mut scenario = small();
+    scenario.hops[1].calls = 1;
+    assert_eq!(
+        scenario.validate().map_err(|e| e.key),
+        Err("hops[1].calls".to_owned())
+    );
+    let mut scenario = small();
+    scenario.measure_from = scenario.duration;
+    assert_eq!(
+        scenario.validate().map_err(|e| e.key),
+        Err("measure_from".to_owned())
+    );
+    let mut scenario = small();
+    scenario.arms[0].retry.max_attempts = 0;
+    assert_eq!(
+        scenario.validate().map_err(|e| e.key),
+        Err("arms[0].retry.max_attempts".to_owned())
+    );
+}
+
+#[test]
+fn bottleneck_is_the_least_capacity_per_original_request() {
+    // Hop 2 after the slowdown: 2 x 2 workers at 4 ms = 1,000/s, called twice: 500/s.
+    assert!((small().bottleneck() - 500.0).abs() < 1e-9);
+}
+
+#[test]
+fn same_seed_same_run() {
+    let scenario = small();
+    let a = run(&scenario, &scenario.arms[0], 7);
+    let b = run(&scenario, &scenario.arms[0], 7);
+    assert_eq!(a, b);
+    let c = run(&scenario, &scenario.arms[0], 8);
+    assert_ne!(a.events, c.events);
+}
+
+#[test]
+fn every_request_ends_and_the_gates_hold_the_chain_up() {
+    let scenario = small();
+    let gated = run(&scenario, &scenario.arms[0], 1);
+    let open = run(&scenario, &scenario.arms[1], 1);
+    // 900/s into 500/s of capacity: the gated chain serves near capacity, tier 1 first;
+    // without gates, the queues grow past every timeout and naive retries triple the load.
+    assert!(gated.goodput_share() > 0.85, "{gated:?}");
+    let (important, other) = gated.served();
+    assert!(important.is_some_and(|s| s > 0.98), "{gated:?}");
+    assert!(other.is_some_and(|s| s < 0.7), "{gated:?}");
+    assert!(
+        gated.amplification().is_some_and(|a| a <= 1.12),
+        "{gated:?}"
+    );
+    assert!(open.goodput_share() < 0.2, "{open:?}");
+    assert!(open.amplification().is_some_and(|a| a > 2.5), "{open:?}");
+    // Everything sent is accounted for: the seconds' counts add up to the run's.
+    let offered: u64 = gated.seconds.iter().map(|s| s.offered).sum();
+    assert!((5_000..5_800).contains(&offered), "{offered}");
+}

@@ -1,0 +1,339 @@
+//! The client side: a tower layer for the calls a service makes to others (hyper's client,
+//! tonic's channels, any `tower::Service<http::Request<B>>`), so that a caller does not make
+//! its callee's overload worse.
+//!
+//! [`OutboundLayer`] / [`Outbound`], in front of the client:
+//! - stamps every request with the priority of the request being served (the task-local of
+//!   [`priority`]), so that the callee ranks it as the edge did;
+//! - drops, before sending, a request the callee said it would refuse: the `tidegate-cutoff`
+//!   header of its responses (`docs/feedback.md`, DAGOR's idea) holds a rank below which it
+//!   refuses, for a while ([`Throttled::Cutoff`]);
+//! - throttles adaptively (Google SRE): while the callee refuses more than half of what it is
+//!   sent, requests are rejected locally with probability `max(0, (requests - K * accepts) /
+//!   (requests + 1))` ([`Throttled::Adaptive`], `tidegate_core::outbound::AdaptiveThrottle`).
+//!
+//! [`RetryLayer`] / [`Retrying`], outside it, retries a refused or failed request within a
+//! [`tidegate_core::outbound::RetryBudget`] (10% of the requests, plus a floor), after an
+//! exponential backoff with jitter and at least the `Retry-After` the callee asked for; a
+//! request the outbound layer itself rejected is not retried.
+//!
+//! A refusal is a `429` or `503` answer (the callee's gate shedding); a transport error also
+//! counts as not accepted.
+
+mod priority;
+mod retry;
+
+pub use priority::{
+    PRIORITY_HEADER, PriorityScope, PriorityScopeLayer, current_priority, header_priority,
+    with_priority,
+};
+pub use retry::{RetryFuture, RetryLayer, Retrying};
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, ready};
+
+use http::{HeaderValue, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tidegate_core::feedback::{self, Feedback};
+use tidegate_core::outbound::{AdaptiveThrottle, ThrottleConfig};
+use tidegate_core::rng::Rng;
+use tidegate_core::{Nanos, Priority, Time};
+use tokio::time::Instant;
+use tower::{BoxError, Layer, Service};
+
+/// Why the outbound layer did not send a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Throttled {
+    /// The callee refuses this priority for now (its `tidegate-cutoff` header).
+    Cutoff {
+        /// The least important rank the callee still admits.
+        rank: u16,
+    },
+    /// The adaptive throttle: the callee has been refusing most of what it is sent.
+    Adaptive,
+}
+
+impl fmt::Display for Throttled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Throttled::Cutoff { rank } => write!(
+                f,
+                "request not sent: the callee refuses ranks past {rank} for now"
+            ),
+            Throttled::Adaptive => f.write_str(
+                "request not sent: the callee has been refusing most requests (adaptive throttle)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Throttled {}
+
+/// Whether a response is the callee refusing for overload.
+pub fn is_refusal(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    )
+}
+
+/// What an outbound layer has done so far, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutboundStats {
+    /// Requests sent to the callee.
+    pub sent: u64,
+    /// Of those, answered with a refusal or failed outright.
+    pub refused: u64,
+    /// Not sent: the callee's cut-off refuses their priority.
+    pub cut_off: u64,
+    /// Not sent: the adaptive throttle.
+    pub throttled: u64,
+    /// `tidegate-cutoff` headers that did not parse, ignored.
+    pub feedback_invalid: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    throttle: Option<AdaptiveThrottle>,
+    feedback: Feedback,
+    rng: Rng,
+    stats: OutboundStats,
+}
+
+/// A layer's state behind a lock, and the clock it is read against (tokio's, so that paused
+/// time in tests moves it).
+#[derive(Debug)]
+struct Clocked<S> {
+    epoch: Instant,
+    state: Mutex<S>,
+}
+
+impl<S> Clocked<S> {
+    fn new(state: S) -> Clocked<S> {
+        Clocked {
+            epoch: Instant::now(),
+            state: Mutex::new(state),
+        }
+    }
+
+    fn now(&self) -> Time {
+        Time::ZERO + Nanos::from(self.epoch.elapsed())
+    }
+
+    /// The state; a panic while it was held (none of the code holding it panics) leaves
+    /// counts that are still counts.
+    fn state(&self) -> MutexGuard<'_, S> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    default: Priority,
+    clocked: Clocked<State>,
+}
+
+impl Shared {
+    fn now(&self) -> Time {
+        self.clocked.now()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.clocked.state()
+    }
+}
+
+/// Applies [`Outbound`] to a client. Every client it wraps shares its throttle and hint: use
+/// one layer per callee.
+#[derive(Clone, Debug)]
+pub struct OutboundLayer {
+    shared: Arc<Shared>,
+}
+
+impl OutboundLayer {
+    /// Throttling with `throttle` (`None`: off), honouring the callee's cut-off, and stamping
+    /// `default` on requests made outside any priority scope.
+    pub fn new(throttle: Option<ThrottleConfig>, default: Priority) -> OutboundLayer {
+        OutboundLayer {
+            shared: Arc::new(Shared {
+                default,
+                clocked: Clocked::new(State {
+                    throttle: throttle.as_ref().map(AdaptiveThrottle::new),
+                    feedback: Feedback::default(),
+                    rng: Rng::seed(seed()),
+                    stats: OutboundStats::default(),
+                }),
+            }),
+        }
+    }
+
+    pub fn stats(&self) -> OutboundStats {
+        let state = self.shared.state();
+        OutboundStats {
+            feedback_invalid: state.feedback.invalid(),
+            ..state.stats
+        }
+    }
+}
+
+/// The throttle's draws need only differ between processes and layers.
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (std::process::id() as u64).rotate_left(32)
+}
+
+impl Default for OutboundLayer {
+    /// The throttle with K = 2 over 10 s, the cut-off honoured, [`Priority::default`].
+    fn default() -> OutboundLayer {
+        OutboundLayer::new(Some(ThrottleConfig::default()), Priority::default())
+    }
+}
+
+impl<S> Layer<S> for OutboundLayer {
+    type Service = Outbound<S>;
+    fn layer(&self, inner: S) -> Outbound<S> {
+        Outbound {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// A client whose requests carry the current priority, are dropped if the callee would
+/// refuse them, and are throttled while it refuses most. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Outbound<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S, B, ResB> Service<Request<B>> for Outbound<S>
+where
+    S: Service<Request<B>, Response = Response<ResB>>,
+    S::Error: Into<BoxError>,
+{
+    type Response = Response<ResB>;
+    type Error = BoxError;
+    type Future = OutboundFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let priority = header_priority(request.headers())
+            .or_else(current_priority)
+            .unwrap_or(self.shared.default);
+        if let Ok(value) = HeaderValue::from_str(&priority.to_string()) {
+            request.headers_mut().insert(PRIORITY_HEADER, value);
+        }
+        let now = self.shared.now();
+        let refused = {
+            let mut guard = self.shared.state();
+            let state = &mut *guard;
+            if let Some(hint) = state
+                .feedback
+                .hint(now)
+                .filter(|hint| hint.refuses(now, priority))
+            {
+                state.stats.cut_off += 1;
+                Some(Throttled::Cutoff { rank: hint.rank })
+            } else if let Some(throttle) = state.throttle.as_mut()
+                && !throttle.admit(now, &mut state.rng)
+            {
+                state.stats.throttled += 1;
+                Some(Throttled::Adaptive)
+            } else {
+                state.stats.sent += 1;
+                None
+            }
+        };
+        let state = match refused {
+            Some(throttled) => Stage::Refused {
+                throttled: Some(throttled),
+            },
+            None => Stage::Calling {
+                future: self.inner.call(request),
+            },
+        };
+        OutboundFuture {
+            stage: state,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+pin_project! {
+    /// The future of an [`Outbound`] call.
+    pub struct OutboundFuture<F> {
+        #[pin]
+        stage: Stage<F>,
+        shared: Arc<Shared>,
+    }
+}
+
+pin_project! {
+    #[project = StageProj]
+    enum Stage<F> {
+        Refused { throttled: Option<Throttled> },
+        Calling { #[pin] future: F },
+    }
+}
+
+impl<F> fmt::Debug for OutboundFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutboundFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, ResB, E> Future for OutboundFuture<F>
+where
+    F: Future<Output = Result<Response<ResB>, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<Response<ResB>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match this.stage.project() {
+            StageProj::Refused { throttled } => Poll::Ready(Err(match throttled.take() {
+                Some(throttled) => throttled.into(),
+                None => "OutboundFuture polled after completion".into(),
+            })),
+            StageProj::Calling { future } => {
+                let result = ready!(future.poll(cx));
+                let now = this.shared.now();
+                let mut state = this.shared.state();
+                let accepted = match &result {
+                    Ok(response) => {
+                        let cutoff = response.headers().get(feedback::HEADER);
+                        state
+                            .feedback
+                            .receive(now, cutoff.map(HeaderValue::as_bytes));
+                        !is_refusal(response.status())
+                    }
+                    Err(_) => false,
+                };
+                if accepted {
+                    if let Some(throttle) = state.throttle.as_mut() {
+                        throttle.accepted(now);
+                    }
+                } else {
+                    state.stats.refused += 1;
+                }
+                Poll::Ready(result.map_err(Into::into))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
