@@ -187,7 +187,7 @@ impl ProxyMetrics {
         );
         registry.register(
             "tidegate_cutoff_header_invalid",
-            "Cut-off headers (tidegate-cutoff) from an upstream that did not parse; ignored.",
+            "Cut-off headers (tidegate-cutoff) from an upstream that did not parse; ignored",
             cutoff_invalid.clone(),
         );
         registry.register(
