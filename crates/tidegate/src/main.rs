@@ -7,8 +7,8 @@ mod load;
 mod logging;
 mod origin;
 mod proxy;
-mod sim_replay;
 mod sim_fleet;
+mod sim_replay;
 mod sim_run;
 mod sim_sweep;
 
