@@ -52,8 +52,14 @@ impl CaseResult {
 
 /// Runs `arms` (names of [`arms::ARMS`]; unknown names are skipped) on every case, on up
 /// to `jobs` threads: every arm of every case is one job, so that a long case spreads over
-/// the threads.
-pub fn run(cases: &[Case], arm_names: &[&str], jobs: usize) -> Vec<CaseResult> {
+/// the threads. `progress` is told `(runs done, runs in all)` as each run ends, from the
+/// thread that ran it.
+pub fn run(
+    cases: &[Case],
+    arm_names: &[&str],
+    jobs: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Vec<CaseResult> {
     let with_oracle = arm_names.contains(&ORACLE);
     let configs: Vec<Vec<ArmConfig>> = cases
         .iter()
@@ -82,9 +88,13 @@ pub fn run(cases: &[Case], arm_names: &[&str], jobs: usize) -> Vec<CaseResult> {
         .enumerate()
         .flat_map(|(c, s)| (0..s.arms.len()).map(move |a| (c, a)))
         .collect();
+    let finished = std::sync::atomic::AtomicUsize::new(0);
     let mut results = crate::parallel::map(&jobs_list, jobs, |&(c, a)| {
         let scenario = &scenarios[c];
-        measure(&cases[c], &run_arm(scenario, &scenario.arms[a], None))
+        let result = measure(&cases[c], &run_arm(scenario, &scenario.arms[a], None));
+        let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        progress(done, jobs_list.len());
+        result
     })
     .into_iter();
     cases

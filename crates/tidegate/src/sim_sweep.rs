@@ -2,7 +2,7 @@
 //! oracle, judged by the robustness targets.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
@@ -10,6 +10,9 @@ use tidegate_sim::sweep::arms::{ARMS, DEFAULT};
 use tidegate_sim::sweep::family::{Family, family};
 use tidegate_sim::sweep::render::{self, GOODPUT_SVG, Heat, P99_SVG};
 use tidegate_sim::sweep::run;
+
+/// Time between two progress lines.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Args)]
 pub(crate) struct SweepArgs {
@@ -75,7 +78,21 @@ pub(crate) fn sweep(args: SweepArgs) -> anyhow::Result<()> {
         usize::from,
     );
     let started = Instant::now();
-    let results = run(&cases, &arms, jobs);
+    // A line every few seconds on stderr: the full family runs for a minute or two.
+    let last_line = std::sync::Mutex::new(started);
+    let progress = |done: usize, all: usize| {
+        let Ok(mut last) = last_line.lock() else {
+            return;
+        };
+        if last.elapsed() >= PROGRESS_EVERY {
+            *last = Instant::now();
+            eprintln!(
+                "sweep: {done} of {all} runs, {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    };
+    let results = run(&cases, &arms, jobs, &progress);
     eprintln!(
         "{} cases x {} arms in {:.1} s",
         results.len(),

@@ -162,7 +162,12 @@ fn an_unprotected_service_below_capacity_serves_everything_and_the_run_names_its
         tiers: true,
         ..small(LoadShape::Half)
     };
-    let results = run(std::slice::from_ref(&case), &["off", DEFAULT, ORACLE], 2);
+    let results = run(
+        std::slice::from_ref(&case),
+        &["off", DEFAULT, ORACLE],
+        2,
+        &|_, _| {},
+    );
     let r = &results[0];
     assert_eq!(r.name, case.name());
     let names: Vec<&str> = r.arms.iter().map(|a| a.arm.as_str()).collect();
@@ -188,7 +193,7 @@ fn the_capacity_halving_is_judged_against_half_the_capacity_then_the_offered_loa
     assert_eq!((windows[0].capacity, windows[0].overloaded), (0.5, true));
     assert_eq!((windows[1].capacity, windows[1].overloaded), (1.0, false));
     assert!(case.overloaded_at(windows[0].from) && !case.overloaded_at(windows[1].from));
-    let results = run(std::slice::from_ref(&case), &["fixed knee"], 1);
+    let results = run(std::slice::from_ref(&case), &["fixed knee"], 1, &|_, _| {});
     let fixed = results[0].arm("fixed knee").unwrap();
     // The fixed knee keeps the halved service busy, and serves the 0.8x once it recovers.
     assert!(
@@ -206,7 +211,7 @@ fn the_capacity_halving_is_judged_against_half_the_capacity_then_the_offered_loa
 #[test]
 fn the_default_misses_no_more_of_the_reduced_family_than_before() {
     let cases = family(Family::Reduced, 1);
-    let results = run(&cases, &[DEFAULT, ORACLE], 2);
+    let results = run(&cases, &[DEFAULT, ORACLE], 2, &|_, _| {});
     let mut missed: std::collections::BTreeMap<Target, usize> = Default::default();
     for result in &results {
         let mut kinds: Vec<Target> = result
@@ -246,7 +251,7 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
 #[ignore = "enabled by the algorithm fix (issue 13, part 2): the default misses today"]
 fn default_meets_the_targets_on_the_reduced_family() {
     let cases = family(Family::Reduced, 1);
-    let results = run(&cases, &[DEFAULT, ORACLE], 2);
+    let results = run(&cases, &[DEFAULT, ORACLE], 2, &|_, _| {});
     let report = render::misses(&results, DEFAULT, usize::MAX);
     assert!(
         results.iter().all(|r| !r.misses.contains_key(DEFAULT)),
@@ -257,7 +262,7 @@ fn default_meets_the_targets_on_the_reduced_family() {
 #[test]
 fn the_table_and_heatmaps_have_a_row_per_axis_value_and_a_column_per_arm() {
     let cases = [small(LoadShape::Half), small(LoadShape::Step3)];
-    let results = run(&cases, &["off", "fixed knee"], 2);
+    let results = run(&cases, &["off", "fixed knee"], 2, &|_, _| {});
     let table = render::table(&results);
     assert!(
         table.contains("0.5x (1)") && table.contains("step 3x (1)"),
