@@ -16,6 +16,7 @@ use tidegate_core::config::GateConfig;
 use tidegate_core::priority::CohortMap;
 use tidegate_core::{Nanos, Priority};
 
+use crate::checks;
 use crate::error::Error;
 
 /// Everything the proxy needs. `Config::default()` plus one upstream is a working proxy.
@@ -27,9 +28,11 @@ pub struct Config {
     /// Where `/metrics`, `/status`, `/dashboard`, `/healthz` and `/readyz` are served.
     pub admin: SocketAddr,
     /// Worker threads of the runtime (the CLI's `--threads`): 1 runs everything on one thread,
-    /// 0 one per core.
+    /// 0 one per core; at most 1024.
+    #[serde(deserialize_with = "checks::threads")]
     pub threads: usize,
-    /// The services behind the proxy.
+    /// The services behind the proxy, each with its own name.
+    #[serde(deserialize_with = "checks::upstreams")]
     pub upstreams: Vec<UpstreamConfig>,
     pub client: ClientConfig,
     pub server: ServerConfig,
@@ -66,6 +69,7 @@ impl Default for Config {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// `http://host:port`, optionally with a path prefix put before every request's path.
+    #[serde(deserialize_with = "checks::url")]
     pub url: String,
     /// The name in metrics and `/status`; the URL's `host:port` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +170,7 @@ pub enum OnClientGone {
 pub struct PriorityConfig {
     /// The request header with the tier, or the tier and cohort: `1` or `1/17`. A malformed
     /// value gets the default priority and is counted. Empty: no header is read.
+    #[serde(deserialize_with = "checks::header")]
     pub header: String,
     /// The priority of a request that says nothing, as `TIER/COHORT`.
     #[serde(with = "priority_text")]
@@ -173,6 +178,7 @@ pub struct PriorityConfig {
     /// A request header naming the caller (a user id, an API key): its cohort is a stable
     /// hash of it, the same on every proxy instance, so that all instances shed the same
     /// callers first. Empty: cohorts come only from the priority header.
+    #[serde(deserialize_with = "checks::header")]
     pub caller_key_header: String,
     /// How the caller keys map to cohorts (how often a caller changes cohort, and a salt).
     pub cohorts: CohortMap,
@@ -298,6 +304,12 @@ impl Config {
         for upstream in &self.upstreams {
             crate::upstream::Target::parse(&upstream.url)?;
         }
+        if let Some(reason) = checks::duplicate_upstream(&self.upstreams) {
+            return invalid("upstreams", reason);
+        }
+        if let Some(reason) = checks::threads_reason(self.threads) {
+            return invalid("threads", reason);
+        }
         if !matches!(self.server.shed_status, 429 | 503) {
             return invalid(
                 "server.shed_status",
@@ -348,7 +360,9 @@ impl Config {
                 &self.priority.caller_key_header,
             ),
         ] {
-            header_name(key, value)?;
+            if let Some(reason) = checks::header_reason(value) {
+                return invalid(key, reason);
+            }
         }
         for (i, route) in self.routes.iter().enumerate() {
             if !route.prefix.starts_with('/') {
@@ -542,6 +556,85 @@ mod tests {
         assert!(err.contains("line 2") && err.contains("tier 7"), "{err}");
         let err = message(&Config::parse("listen = \"localhost\"\n", "l.toml").unwrap_err());
         assert!(err.contains("line 1") && err.contains("listen"), "{err}");
+    }
+
+    /// The issue-14 findings: each of these passed `--check` and then misbehaved.
+    #[test]
+    fn bad_values_are_refused_while_parsing_with_the_key_and_line() {
+        for (text, line, key, reason) in [
+            ("[client]\ntimeout = 30\n", 2, "timeout", "no unit"),
+            ("[gate.queue]\n\ntimeout = 2.5\n", 3, "timeout", "ns, us, ms, s, m, h"),
+            ("threads = 100000\n", 1, "threads", "more than 1024"),
+            (
+                "[[upstreams]]\nurl = \"http://127.0.0.1:1\"\n[[upstreams]]\n\
+                 url = \"http://127.0.0.1:1\"\n",
+                1,
+                "upstreams",
+                "upstreams[1] has the name \"127.0.0.1:1\" of upstreams[0]",
+            ),
+            (
+                "[[upstreams]]\nurl = \"http://127.0.0.1:0\"\n",
+                2,
+                "url",
+                "port 0 is not between 1 and 65535",
+            ),
+            (
+                "[[upstreams]]\nurl = \"http://127.0.0.1:99999\"\n",
+                2,
+                "url",
+                "port 99999",
+            ),
+            ("[priority]\nheader = \"host\"\n", 2, "header", "frames or routes"),
+            (
+                "[priority]\nheader = \"Content-Length\"\n",
+                2,
+                "header",
+                "frames or routes",
+            ),
+            (
+                "[priority]\ncaller_key_header = \"transfer-encoding\"\n",
+                2,
+                "caller_key_header",
+                "frames or routes",
+            ),
+            (
+                "[gate.limit.fixed]\nlimit = 0\n",
+                2,
+                "limit",
+                "at least 1",
+            ),
+        ] {
+            let err = message(&Config::parse(text, "bad.toml").unwrap_err());
+            assert!(
+                err.contains("bad.toml") && err.contains(&format!("line {line}")),
+                "{text}: {err}"
+            );
+            assert!(
+                err.contains(&format!("{key} =")) || err.contains(&format!("[[{key}]]")),
+                "{text}: {err}"
+            );
+            assert!(err.contains(reason), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn validation_refuses_what_the_command_line_sets_too() {
+        let mut config = with_upstream();
+        config.threads = 100_000;
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("threads") && err.contains("1024"), "{err}");
+        let mut config = with_upstream();
+        config.upstreams.push(UpstreamConfig::new("http://127.0.0.1:3000/"));
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("upstreams[1]"), "{err}");
+        let mut config = with_upstream();
+        config.upstreams[0].url = "http://127.0.0.1:70000".to_owned();
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("port 70000"), "{err}");
+        let mut config = with_upstream();
+        config.priority.header = "host".to_owned();
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("priority.header"), "{err}");
     }
 
     fn with_upstream() -> Config {

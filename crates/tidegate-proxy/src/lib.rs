@@ -29,6 +29,7 @@
 //! shutdown.
 
 mod admin;
+mod checks;
 mod classify;
 pub mod config;
 mod dashboard;

@@ -61,12 +61,6 @@ impl Proxy {
                 .name
                 .clone()
                 .unwrap_or_else(|| target.authority().to_owned());
-            if upstreams.iter().any(|u: &Upstream| u.name == name) {
-                return Err(Error::Invalid {
-                    key: "upstreams".to_owned(),
-                    reason: format!("two upstreams are named {name:?}: give them distinct names"),
-                });
-            }
             let gates = classifier
                 .partitions()
                 .iter()

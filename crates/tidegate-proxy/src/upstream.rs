@@ -60,6 +60,13 @@ impl Target {
         if authority.host().is_empty() {
             return Err(bad("the host is missing"));
         }
+        // `http` reads a port past 65535 as none, which would connect to port 80.
+        if let Some((_, port)) = authority.as_str().rsplit_once(':')
+            && !port.contains(']')
+            && !matches!(port.parse::<u16>(), Ok(1..))
+        {
+            return Err(bad(&format!("port {port} is not between 1 and 65535")));
+        }
         if authority.as_str().contains('@') {
             return Err(bad("credentials in the URL are not supported"));
         }
@@ -401,6 +408,8 @@ mod tests {
             ("http://a:1/?q", "query"),
             ("http://u:p@a:1", "credentials"),
             ("http://a b", "invalid"),
+            ("http://a:0", "port 0 is not between 1 and 65535"),
+            ("http://a:99999", "port 99999 is not"),
         ] {
             let err = Target::parse(url).unwrap_err().to_string();
             assert!(err.contains(url) && err.contains(reason), "{url}: {err}");
