@@ -563,7 +563,12 @@ mod tests {
     fn bad_values_are_refused_while_parsing_with_the_key_and_line() {
         for (text, line, key, reason) in [
             ("[client]\ntimeout = 30\n", 2, "timeout", "no unit"),
-            ("[gate.queue]\n\ntimeout = 2.5\n", 3, "timeout", "ns, us, ms, s, m, h"),
+            (
+                "[gate.queue]\n\ntimeout = 2.5\n",
+                3,
+                "timeout",
+                "ns, us, ms, s, m, h",
+            ),
             ("threads = 100000\n", 1, "threads", "more than 1024"),
             (
                 "[[upstreams]]\nurl = \"http://127.0.0.1:1\"\n[[upstreams]]\n\
@@ -584,7 +589,12 @@ mod tests {
                 "url",
                 "port 99999",
             ),
-            ("[priority]\nheader = \"host\"\n", 2, "header", "frames or routes"),
+            (
+                "[priority]\nheader = \"host\"\n",
+                2,
+                "header",
+                "frames or routes",
+            ),
             (
                 "[priority]\nheader = \"Content-Length\"\n",
                 2,
@@ -597,12 +607,7 @@ mod tests {
                 "caller_key_header",
                 "frames or routes",
             ),
-            (
-                "[gate.limit.fixed]\nlimit = 0\n",
-                2,
-                "limit",
-                "at least 1",
-            ),
+            ("[gate.limit.fixed]\nlimit = 0\n", 2, "limit", "at least 1"),
         ] {
             let err = message(&Config::parse(text, "bad.toml").unwrap_err());
             assert!(
@@ -624,7 +629,9 @@ mod tests {
         let err = message(&config.validate().unwrap_err());
         assert!(err.contains("threads") && err.contains("1024"), "{err}");
         let mut config = with_upstream();
-        config.upstreams.push(UpstreamConfig::new("http://127.0.0.1:3000/"));
+        config
+            .upstreams
+            .push(UpstreamConfig::new("http://127.0.0.1:3000/"));
         let err = message(&config.validate().unwrap_err());
         assert!(err.contains("upstreams[1]"), "{err}");
         let mut config = with_upstream();
