@@ -4,7 +4,9 @@
 //! Every request ends in exactly one counted outcome. The [`Completion`] made on arrival
 //! travels with the request (into the response body when there is one) and records how it
 //! ended: the gate's outcome from the status (`tidegate_tower::default_outcome`), a dropped
-//! sample for an upstream that failed, shed, or cancelled when the client went away.
+//! sample for an upstream that failed, shed, cancelled when the client went away, or the
+//! client's error when its request body broke ([`crate::request_body`]). The duration
+//! histogram's class and the gate's outcome always agree.
 //!
 //! A client that goes away while queued, or while its response streams, frees its slot at
 //! once. One that goes away while the upstream works on its request leaves the slot held
@@ -39,6 +41,7 @@ use crate::dashboard::Dashboard;
 use crate::forward::{self, Forwarding};
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
+use crate::request_body::{BodyState, RequestBody};
 use crate::upstream::{Pick, Upstream, Upstreams};
 
 /// The header that names an upstream failure on a 502 or 504.
@@ -202,6 +205,8 @@ pub(crate) async fn handle(
         }
     };
     parts.version = shared.forwarding.upstream_version;
+    let (body, body_state) = RequestBody::new(body);
+    completion.body = body_state;
     let exchange = exchange(&shared, pick.upstream, Request::from_parts(parts, body));
     Ok(AtUpstream::new(exchange, completion).answer().await)
 }
@@ -211,7 +216,7 @@ type Exchange = Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lent), E
 
 /// Sends `request` to upstream number `upstream`. Owned (boxed, holding its own `Shared`) so
 /// that it can outlive the client's connection: see [`AtUpstream`].
-fn exchange(shared: &Arc<Shared>, upstream: usize, request: Request<Incoming>) -> Exchange {
+fn exchange(shared: &Arc<Shared>, upstream: usize, request: Request<RequestBody>) -> Exchange {
     let shared = shared.clone();
     Box::pin(async move {
         let sent = shared.upstreams.list[upstream].pool.send(request);
@@ -321,6 +326,8 @@ pub(crate) struct Completion {
     admitted: u64,
     /// When the client went away while the upstream had the request.
     client_left: Option<u64>,
+    /// How the client's request body went, to tell its failures from the upstream's.
+    body: BodyState,
     /// The upstream connection, back to its pool when the response has been read whole.
     lent: Option<Lent>,
     finished: bool,
@@ -336,6 +343,7 @@ impl Completion {
             permit: None,
             admitted: 0,
             client_left: None,
+            body: BodyState::default(),
             lent: None,
             finished: false,
         };
@@ -407,6 +415,10 @@ impl Completion {
                 let upstream_took = self.shared.now().saturating_sub(self.admitted);
                 late_outcome(response.status(), patience, upstream_took)
             }
+            Err(kind) if self.client_fault(kind).is_some() => {
+                self.finish(Class::ClientError, Some(Outcome::Ignored));
+                return;
+            }
             // Too slow, or unreachable: the upstream's failure whoever waits.
             Err(kind @ (ErrorKind::Timeout | ErrorKind::Connect)) => {
                 self.upstream_failed(kind);
@@ -416,12 +428,32 @@ impl Completion {
             // the client cut short: nothing to learn from it.
             Err(_) => return,
         };
-        self.finish(Class::Cancelled, Some(outcome));
+        // The gate's outcome is the request's in every ledger, the client gone or not (the
+        // abandoned gauge counts those still at the upstream).
+        self.finish(class_of(outcome), Some(outcome));
+    }
+
+    /// The status for an exchange that failed with `kind` by the client's fault: its body
+    /// broke (malformed, or cut off), or it had not finished sending it when the upstream
+    /// timed out waiting. `None`: the upstream's failure.
+    fn client_fault(&self, kind: ErrorKind) -> Option<StatusCode> {
+        if self.body.broken() {
+            Some(StatusCode::BAD_REQUEST)
+        } else if kind == ErrorKind::Timeout && self.body.incomplete() {
+            Some(StatusCode::REQUEST_TIMEOUT)
+        } else {
+            None
+        }
     }
 
     /// The upstream failed: 502 (504 for a timeout), a dropped sample, a failure for its
-    /// health.
+    /// health. Unless the client's body made it fail: then the client's outcome, counted
+    /// apart (`client_error`), with nothing learned about the upstream.
     fn fail(mut self, kind: ErrorKind) -> Response<ResponseBody> {
+        if let Some(status) = self.client_fault(kind) {
+            self.finish(Class::ClientError, Some(Outcome::Ignored));
+            return empty(status);
+        }
         self.upstream_failed(kind);
         let status = match kind {
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,

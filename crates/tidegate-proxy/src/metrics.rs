@@ -38,15 +38,19 @@ pub(crate) enum Class {
     Ignored,
     Shed,
     Cancelled,
+    /// The client's request body broke or stalled: its failure, not the upstream's (the
+    /// gate's `ignored`).
+    ClientError,
 }
 
 impl Class {
-    const ALL: [Class; 5] = [
+    const ALL: [Class; 6] = [
         Class::Ok,
         Class::Dropped,
         Class::Ignored,
         Class::Shed,
         Class::Cancelled,
+        Class::ClientError,
     ];
 
     fn as_str(self) -> &'static str {
@@ -56,6 +60,7 @@ impl Class {
             Class::Ignored => "ignored",
             Class::Shed => "shed",
             Class::Cancelled => "cancelled",
+            Class::ClientError => "client_error",
         }
     }
 }
