@@ -41,6 +41,7 @@ use crate::dashboard::Dashboard;
 use crate::forward::{self, Forwarding};
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
+use crate::refuse;
 use crate::request_body::{BodyState, RequestBody};
 use crate::upstream::{Pick, Upstream, Upstreams};
 
@@ -157,6 +158,17 @@ pub(crate) async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let arrived = shared.now();
+    if let Some(status) = refuse::refusal(&request) {
+        let seconds = Duration::from_nanos(shared.now().saturating_sub(arrived)).as_secs_f64();
+        shared.metrics.refused.observe(seconds);
+        let mut response = empty(status);
+        if request.version() < http::Version::HTTP_2 {
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return Ok(response);
+    }
     let class = shared
         .classifier
         .classify(request.uri().path(), request.headers());

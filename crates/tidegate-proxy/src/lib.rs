@@ -39,6 +39,7 @@ mod handler;
 mod metrics;
 mod pool;
 mod readings;
+mod refuse;
 mod request_body;
 mod server;
 mod upstream;

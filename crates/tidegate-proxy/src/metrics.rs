@@ -6,7 +6,7 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `tidegate_request_duration_seconds` | histogram | `upstream`, `class` | time from arrival to the response's last byte (or to the answer, when shed), by how the request ended: `ok`, `dropped`, `ignored` (the limit's outcomes), `shed`, `cancelled` (the client went away), `unavailable` (every upstream ejected; `upstream="none"`) |
+//! | `tidegate_request_duration_seconds` | histogram | `upstream`, `class` | time from arrival to the response's last byte (or to the answer, when shed), by how the request ended: `ok`, `dropped`, `ignored` (the limit's outcomes), `shed`, `cancelled` (the client went away), `client_error` (the client's request body broke), `unavailable` (every upstream ejected; `upstream="none"`), `refused` (a `CONNECT` or two `Host` fields, answered at once; `upstream="none"`) |
 //! | `tidegate_upstream_errors_total` | counter | `upstream`, `kind` | upstream failures: `connect` (refused or unreachable), `timeout` (no response headers in time, or silent mid-body), `reset` (closed mid-exchange), `protocol`, `body` (failed while streaming the response) |
 //! | `tidegate_upstream_ejections_total` | counter | `upstream` | times the upstream was ejected |
 //! | `tidegate_upstream_ejected` | gauge | `upstream` | 1 while ejected |
@@ -141,6 +141,8 @@ pub(crate) struct ProxyMetrics {
     pub(crate) priority_invalid: Counter,
     /// Requests answered 503 because every upstream was ejected.
     pub(crate) unavailable: Histogram,
+    /// Requests refused before any gate (`crate::refuse`).
+    pub(crate) refused: Histogram,
 }
 
 impl ProxyMetrics {
@@ -195,6 +197,12 @@ impl ProxyMetrics {
                 ("class", "unavailable".to_owned()),
             ])
             .clone();
+        let refused = durations
+            .get_or_create(&vec![
+                ("upstream", "none".to_owned()),
+                ("class", "refused".to_owned()),
+            ])
+            .clone();
         ProxyMetrics {
             durations,
             errors,
@@ -204,6 +212,7 @@ impl ProxyMetrics {
             lease_invalid,
             priority_invalid,
             unavailable,
+            refused,
         }
     }
 

@@ -94,3 +94,109 @@ async fn a_client_whose_body_breaks_is_not_the_upstreams_failure() {
     assert_eq!(ok.status(), StatusCode::OK);
     ledgers_agree(&proxy, "a").await;
 }
+
+/// A `CONNECT` was forwarded as `CONNECT /` and its client hung; two `Host` fields let the
+/// proxy and the upstream each pick one. Both are answered at once, before any gate.
+#[tokio::test]
+async fn connect_and_two_host_fields_are_refused_at_once() {
+    let origin = Origin::start("a").await;
+    let proxy = TestProxy::start(config(&[&origin])).await;
+    for (request, status) in [
+        (
+            "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n",
+            "HTTP/1.1 501 ",
+        ),
+        (
+            "GET /echo HTTP/1.1\r\nhost: a.example\r\nhost: b.example\r\nconnection: close\r\n\r\n",
+            "HTTP/1.1 400 ",
+        ),
+    ] {
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        within("the refusal", async {
+            let mut buf = [0u8; 1024];
+            while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed without an answer");
+                answer.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with(status), "{request:?}: {answer}");
+    }
+    assert!(origin.seen().is_empty(), "nothing reached the origin");
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_request_duration_seconds_count",
+            &[("upstream", "none"), ("class", "refused")]
+        ),
+        2.0
+    );
+    assert_eq!(get(&proxy.url("/echo")).await.status(), StatusCode::OK);
+}
+
+/// Request smuggling probes and malformed heads: each is refused (400, 431 for headers too
+/// large, 505 for an unknown version) or its connection closed, a message framed two ways is
+/// answered once and its connection closed, nothing smuggled reaches the origin, and a
+/// well-behaved client is served alongside.
+#[tokio::test]
+async fn smuggling_probes_and_malformed_heads_are_refused() {
+    let origin = Origin::start("a").await;
+    let proxy = TestProxy::start(config(&[&origin])).await;
+    let smuggled = "GET /smuggled HTTP/1.1\r\nhost: t\r\n\r\n";
+    let huge = format!(
+        "GET /echo HTTP/1.1\r\nhost: t\r\nx-big: {}\r\n\r\n",
+        "a".repeat(1 << 20)
+    );
+    // Content-Length and Transfer-Encoding both: read as chunked, answered, then closed.
+    let framed_twice = format!(
+        "POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+    );
+    let answer = exchange_raw(&proxy, framed_twice.as_bytes(), false).await;
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
+    let probes = [
+        // Two different Content-Lengths.
+        format!(
+            "POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 3\r\ncontent-length: 40\r\n\r\nabc{smuggled}"
+        ),
+        // A transfer coding that is not chunked last.
+        format!(
+            "POST /echo HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked, identity\r\n\r\n0\r\n\r\n{smuggled}"
+        ),
+        // Obsolete line folding.
+        format!("GET /echo HTTP/1.1\r\nhost: t\r\nx-a: 1\r\n folded\r\n\r\n{smuggled}"),
+        // Chunk sizes that overflow or are not hex.
+        format!(
+            "POST /upload HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\nfffffffffffffffffff\r\nx\r\n0\r\n\r\n{smuggled}"
+        ),
+        format!(
+            "POST /upload HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n-1\r\nx\r\n0\r\n\r\n{smuggled}"
+        ),
+        // Bad request lines.
+        "GET\r\n\r\n".to_owned(),
+        "GET /echo HTTP/9.9\r\nhost: t\r\n\r\n".to_owned(),
+        "GET /a b c HTTP/1.1\r\nhost: t\r\n\r\n".to_owned(),
+        "\u{1}\u{2}\u{3} / HTTP/1.1\r\n\r\n".to_owned(),
+        huge,
+    ];
+    for probe in &probes {
+        let answer = exchange_raw(&proxy, probe.as_bytes(), false).await;
+        let refused = answer.is_empty()
+            || answer.starts_with("HTTP/1.1 400 ")
+            || answer.starts_with("HTTP/1.1 431 ")
+            || answer.starts_with("HTTP/1.1 505 ");
+        assert!(refused, "{:?}: {answer}", &probe[..probe.len().min(80)]);
+    }
+    assert!(
+        origin
+            .seen()
+            .iter()
+            .all(|seen| seen.uri.path() != "/smuggled"),
+        "a smuggled request reached the origin"
+    );
+    assert_eq!(get(&proxy.url("/echo")).await.status(), StatusCode::OK);
+    ledgers_agree(&proxy, "a").await;
+}
