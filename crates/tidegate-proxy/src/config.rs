@@ -18,6 +18,7 @@ use tidegate_core::{Nanos, Priority};
 
 use crate::checks;
 use crate::error::Error;
+use crate::trust::Cidr;
 
 /// Everything the proxy needs. `Config::default()` plus one upstream is a working proxy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -37,6 +38,8 @@ pub struct Config {
     pub client: ClientConfig,
     pub server: ServerConfig,
     pub priority: PriorityConfig,
+    /// Whose priority, caller-key and `X-Forwarded-For` headers are believed.
+    pub trust: TrustConfig,
     /// Path prefixes with their own tier or partition; the longest matching prefix applies.
     pub routes: Vec<Route>,
     pub ejection: EjectionConfig,
@@ -56,6 +59,7 @@ impl Default for Config {
             client: ClientConfig::default(),
             server: ServerConfig::default(),
             priority: PriorityConfig::default(),
+            trust: TrustConfig::default(),
             routes: Vec::new(),
             ejection: EjectionConfig::default(),
             gate: GateConfig::default(),
@@ -195,6 +199,26 @@ impl Default for PriorityConfig {
             caller_key_header: String::new(),
             cohorts: CohortMap::default(),
             forward: true,
+        }
+    }
+}
+
+/// The trust boundary ([`crate::trust`]): the clients whose priority and caller-key headers
+/// are honoured and whose `X-Forwarded-For` is kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrustConfig {
+    /// Address blocks (`"10.0.0.0/8"`, `"fd00::/8"`, `"192.0.2.7"`) of the clients trusted:
+    /// the load balancers and gateways in front of the proxy. Any other client gets the
+    /// route's or the default priority and an `X-Forwarded-For` of its own address only.
+    /// Default: loopback.
+    pub sources: Vec<Cidr>,
+}
+
+impl Default for TrustConfig {
+    fn default() -> TrustConfig {
+        TrustConfig {
+            sources: crate::trust::loopback(),
         }
     }
 }

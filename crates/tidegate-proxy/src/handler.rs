@@ -43,6 +43,7 @@ use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
 use crate::refuse;
 use crate::request_body::{BodyState, RequestBody};
+use crate::trust::{Cidr, Peer};
 use crate::upstream::{Pick, Upstream, Upstreams};
 
 /// The header that names an upstream failure on a 502 or 504.
@@ -67,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) abandoned: Abandoned,
     pub(crate) draining: AtomicBool,
     pub(crate) dashboard: Dashboard,
+    /// `trust.sources`.
+    pub(crate) trusted: Vec<Cidr>,
     clock: quanta::Clock,
     epoch: quanta::Instant,
 }
@@ -85,6 +88,7 @@ impl Shared {
         retry_after: Duration,
         on_client_gone: OnClientGone,
         dashboard: Dashboard,
+        trusted: Vec<Cidr>,
     ) -> Shared {
         let clock = quanta::Clock::new();
         let epoch = clock.now();
@@ -102,6 +106,7 @@ impl Shared {
             abandoned: Abandoned::default(),
             draining: AtomicBool::new(false),
             dashboard,
+            trusted,
             clock,
             epoch,
         }
@@ -154,7 +159,7 @@ impl Abandoned {
 /// Forwards one request. Never fails: every problem is an HTTP answer.
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    client: HeaderValue,
+    client: Peer,
     request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let arrived = shared.now();
@@ -171,9 +176,12 @@ pub(crate) async fn handle(
     }
     let class = shared
         .classifier
-        .classify(request.uri().path(), request.headers());
+        .classify(request.uri().path(), request.headers(), client.trusted);
     if class.header_invalid {
         shared.metrics.priority_invalid.inc();
+    }
+    if class.header_untrusted {
+        shared.metrics.priority_untrusted.inc();
     }
     let pick = match shared.upstreams.pick(class.partition, arrived) {
         Ok(pick) => pick,
@@ -198,11 +206,14 @@ pub(crate) async fn handle(
     completion.admitted = shared.now();
 
     let (mut parts, body) = request.into_parts();
+    if !client.trusted {
+        untrusted_headers(&mut parts.headers, shared.classifier.header());
+    }
     shared.forwarding.request_headers(
         &mut parts.headers,
         parts.version,
         parts.uri.authority(),
-        &client,
+        &client.address,
         upstream.target.host(),
         class.priority,
     );
@@ -222,6 +233,18 @@ pub(crate) async fn handle(
     let exchange = exchange(&shared, pick.upstream, Request::from_parts(parts, body));
     Ok(AtUpstream::new(exchange, completion).answer().await)
 }
+
+/// Removes what an untrusted client claims for itself: its priority (the one in force is
+/// sent instead when forwarding is on) and the addresses it says it was forwarded for (its
+/// own is appended after).
+fn untrusted_headers(headers: &mut http::HeaderMap, priority: Option<&HeaderName>) {
+    if let Some(name) = priority {
+        headers.remove(name);
+    }
+    headers.remove(&X_FORWARDED_FOR);
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The upstream's response headers, or the kind of failure, within `client.timeout`.
 type Exchange = Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lent), ErrorKind>> + Send>>;

@@ -42,6 +42,7 @@ mod readings;
 mod refuse;
 mod request_body;
 mod server;
+mod trust;
 mod upstream;
 
 pub use config::{Config, DEFAULT_CONFIG, UpstreamConfig};
@@ -49,3 +50,4 @@ pub use error::Error;
 pub use handler::ERROR_HEADER;
 pub use readings::{GateReading, GateReadings};
 pub use server::{Drained, Proxy};
+pub use trust::{Cidr, ParseCidrError};

@@ -13,6 +13,7 @@
 //! | `tidegate_upstream_abandoned` | gauge | `upstream` | requests whose client went away that the upstream still has, their slots held (`server.on_client_gone = "wait"`) |
 //! | `tidegate_lease_header_invalid_total` | counter | `upstream` | `tidegate-lease` headers that did not parse (ignored) |
 //! | `tidegate_priority_header_invalid_total` | counter | | priority headers that did not parse (the request got the default priority) |
+//! | `tidegate_priority_header_untrusted_total` | counter | | priority headers from clients outside `trust.sources`, not read (the request got the route's or the default priority) |
 //!
 //! Every handle a request touches is created at startup and kept, so that the request path
 //! does no label lookup: an observation is a few atomic operations.
@@ -139,6 +140,8 @@ pub(crate) struct ProxyMetrics {
     abandoned: Family<Labels, Gauge>,
     lease_invalid: Family<Labels, Counter>,
     pub(crate) priority_invalid: Counter,
+    /// Priority headers from clients outside `trust.sources`, not read.
+    pub(crate) priority_untrusted: Counter,
     /// Requests answered 503 because every upstream was ejected.
     pub(crate) unavailable: Histogram,
     /// Requests refused before any gate (`crate::refuse`).
@@ -156,6 +159,7 @@ impl ProxyMetrics {
         let abandoned = Family::<Labels, Gauge>::default();
         let lease_invalid = Family::<Labels, Counter>::default();
         let priority_invalid = Counter::default();
+        let priority_untrusted = Counter::default();
         registry.register(
             "tidegate_request_duration_seconds",
             "Time from a request's arrival to its response's last byte, by upstream and how it ended.",
@@ -191,6 +195,11 @@ impl ProxyMetrics {
             "Priority headers that did not parse; the request got the default priority.",
             priority_invalid.clone(),
         );
+        registry.register(
+            "tidegate_priority_header_untrusted",
+            "Priority headers from clients outside trust.sources; the request got the route's or the default priority.",
+            priority_untrusted.clone(),
+        );
         let unavailable = durations
             .get_or_create(&vec![
                 ("upstream", "none".to_owned()),
@@ -211,6 +220,7 @@ impl ProxyMetrics {
             abandoned,
             lease_invalid,
             priority_invalid,
+            priority_untrusted,
             unavailable,
             refused,
         }

@@ -21,11 +21,12 @@ use crate::classify::{Classifier, DEFAULT_PARTITION};
 use crate::config::{Config, duration};
 use crate::dashboard::Dashboard;
 use crate::error::Error;
-use crate::forward::{self, Forwarding};
+use crate::forward::Forwarding;
 use crate::handler::{self, Shared};
 use crate::metrics::ProxyMetrics;
 use crate::pool::{Pool, PoolConfig};
 use crate::readings::GateReadings;
+use crate::trust::Peer;
 use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
@@ -115,6 +116,7 @@ impl Proxy {
             retry_after,
             config.server.on_client_gone,
             Dashboard::new(&config.dashboard),
+            config.trust.sources.clone(),
         );
         let listener = bind(config.listen, "listen")?;
         let admin = bind(config.admin, "admin")?;
@@ -180,7 +182,7 @@ impl Proxy {
                         let shared = shared.clone();
                         let builder = builder.clone();
                         let watcher = graceful.watcher();
-                        let client = forward::client_value(peer.ip());
+                        let client = Peer::new(peer.ip(), &shared.trusted);
                         connections.spawn(async move {
                             let service = service_fn(move |request| {
                                 handler::handle(shared.clone(), client.clone(), request)
