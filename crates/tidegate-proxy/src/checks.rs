@@ -96,6 +96,18 @@ pub(crate) fn url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, 
     refuse::<D, _>(reason, url)
 }
 
+/// The smallest head bound hyper accepts (it panics below it).
+pub(crate) const MIN_HEADER_BYTES: usize = 8192;
+
+pub(crate) fn header_bytes_reason(bytes: usize) -> Option<String> {
+    (bytes < MIN_HEADER_BYTES).then(|| format!("{bytes} is less than {MIN_HEADER_BYTES}"))
+}
+
+pub(crate) fn header_bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
+    let bytes = usize::deserialize(deserializer)?;
+    refuse::<D, _>(header_bytes_reason(bytes), bytes)
+}
+
 pub(crate) fn upstreams<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Vec<UpstreamConfig>, D::Error> {

@@ -17,6 +17,7 @@ use tidegate_core::priority::CohortMap;
 use tidegate_core::{Nanos, Priority};
 
 use crate::checks;
+pub use crate::connection::ConnectionsConfig;
 use crate::error::Error;
 use crate::trust::Cidr;
 
@@ -37,6 +38,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     pub client: ClientConfig,
     pub server: ServerConfig,
+    /// Bounds on client connections: how many, how slow, how large.
+    pub connections: ConnectionsConfig,
     pub priority: PriorityConfig,
     /// Whose priority, caller-key and `X-Forwarded-For` headers are believed.
     pub trust: TrustConfig,
@@ -58,6 +61,7 @@ impl Default for Config {
             upstreams: Vec::new(),
             client: ClientConfig::default(),
             server: ServerConfig::default(),
+            connections: ConnectionsConfig::default(),
             priority: PriorityConfig::default(),
             trust: TrustConfig::default(),
             routes: Vec::new(),
@@ -334,6 +338,21 @@ impl Config {
         if let Some(reason) = checks::threads_reason(self.threads) {
             return invalid("threads", reason);
         }
+        if let Some(reason) = checks::header_bytes_reason(self.connections.max_header_bytes) {
+            return invalid("connections.max_header_bytes", reason);
+        }
+        for (key, value) in [
+            ("connections.max", self.connections.max),
+            ("connections.max_headers", self.connections.max_headers),
+            (
+                "connections.http2_max_concurrent_streams",
+                self.connections.http2_max_concurrent_streams as usize,
+            ),
+        ] {
+            if value == 0 {
+                return invalid(key, "must be at least 1".to_owned());
+            }
+        }
         if !matches!(self.server.shed_status, 429 | 503) {
             return invalid(
                 "server.shed_status",
@@ -345,6 +364,11 @@ impl Config {
             ("client.connect_timeout", self.client.connect_timeout),
             ("client.read_timeout", self.client.read_timeout),
             ("ejection.base_time", self.ejection.base_time),
+            (
+                "connections.header_read_timeout",
+                self.connections.header_read_timeout,
+            ),
+            ("connections.write_timeout", self.connections.write_timeout),
         ] {
             if value.is_zero() {
                 return invalid(key, "must be longer than zero".to_owned());

@@ -32,6 +32,7 @@ mod admin;
 mod checks;
 mod classify;
 pub mod config;
+mod connection;
 mod dashboard;
 mod error;
 mod forward;

@@ -7,9 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use tidegate_tower::SharedGate;
@@ -19,10 +16,11 @@ use tokio::task::JoinSet;
 use crate::admin;
 use crate::classify::{Classifier, DEFAULT_PARTITION};
 use crate::config::{Config, duration};
+use crate::connection::Connections;
 use crate::dashboard::Dashboard;
 use crate::error::Error;
 use crate::forward::Forwarding;
-use crate::handler::{self, Shared};
+use crate::handler::Shared;
 use crate::metrics::ProxyMetrics;
 use crate::pool::{Pool, PoolConfig};
 use crate::readings::GateReadings;
@@ -36,7 +34,7 @@ pub struct Proxy {
     listener: TcpListener,
     admin: TcpListener,
     drain_timeout: Duration,
-    http2: bool,
+    clients: Connections,
 }
 
 /// How a [`Proxy::run`] ended.
@@ -53,6 +51,7 @@ impl Proxy {
         let classifier = Classifier::new(&config)?;
         let mut registry = Registry::default();
         let metrics = ProxyMetrics::register(&mut registry);
+        let clients = Connections::new(&config.connections, config.server.http2, &mut registry);
         let gate_config = config.effective_gate();
         let retry_after = duration(config.server.retry_after);
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
@@ -125,7 +124,7 @@ impl Proxy {
             listener,
             admin,
             drain_timeout: duration(config.server.drain_timeout),
-            http2: config.server.http2,
+            clients,
         })
     }
 
@@ -158,18 +157,18 @@ impl Proxy {
             listener,
             admin,
             drain_timeout,
-            http2,
+            clients,
         } = self;
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder.http1().timer(TokioTimer::new());
-        if !http2 {
-            builder = builder.http1_only();
-        }
-        let builder = Arc::new(builder);
+        let clients = Arc::new(clients);
         let graceful = GracefulShutdown::new();
         let mut connections = JoinSet::new();
         let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
-        let admin_task = tokio::spawn(admin::serve(admin, shared.clone(), admin_stopped));
+        let admin_task = tokio::spawn(admin::serve(
+            admin,
+            shared.clone(),
+            admin_stopped,
+            clients.header_read_timeout,
+        ));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
@@ -178,21 +177,13 @@ impl Proxy {
                 Some(_) = connections.join_next() => {}
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        let _ = stream.set_nodelay(true);
-                        let shared = shared.clone();
-                        let builder = builder.clone();
-                        let watcher = graceful.watcher();
                         let client = Peer::new(peer.ip(), &shared.trusted);
-                        connections.spawn(async move {
-                            let service = service_fn(move |request| {
-                                handler::handle(shared.clone(), client.clone(), request)
-                            });
-                            let connection =
-                                builder.serve_connection(TokioIo::new(stream), service);
-                            // A connection error is the client's business (it went away,
-                            // or spoke something else than HTTP): nothing to do here.
-                            let _ = watcher.watch(connection).await;
-                        });
+                        connections.spawn(clients.clone().serve(
+                            stream,
+                            shared.clone(),
+                            client,
+                            graceful.watcher(),
+                        ));
                     }
                     // Out of file descriptors or a connection reset before it was accepted:
                     // wait a moment rather than spin, and carry on.
