@@ -250,6 +250,10 @@ pub struct EjectionConfig {
     pub base_time: Nanos,
     /// The longest an ejection lasts.
     pub max_time: Nanos,
+    /// While an upstream is ejected, a connection to it is tried this often; once one
+    /// succeeds the next request probes it, without waiting for the ejection to end. Zero:
+    /// only the ejection's end brings a probe.
+    pub reconnect_interval: Nanos,
 }
 
 impl Default for EjectionConfig {
@@ -258,6 +262,7 @@ impl Default for EjectionConfig {
             consecutive_failures: 5,
             base_time: Nanos::from_secs(5),
             max_time: Nanos::from_secs(60),
+            reconnect_interval: Nanos::from_millis(500),
         }
     }
 }

@@ -40,6 +40,7 @@ mod handler;
 mod metrics;
 mod pool;
 mod readings;
+mod recovery;
 mod refuse;
 mod request_body;
 mod server;

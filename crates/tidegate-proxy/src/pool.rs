@@ -156,6 +156,11 @@ impl Pool {
         None
     }
 
+    /// Whether a TCP connection to the upstream can be made now (it is closed at once).
+    pub(crate) async fn reachable(&self) -> bool {
+        self.connect().await.is_ok()
+    }
+
     async fn connect(&self) -> Result<TokioIo<TcpStream>, SendError> {
         let connecting = TcpStream::connect(self.config.address.as_str());
         let stream = match tokio::time::timeout(self.config.connect_timeout, connecting).await {

@@ -13,7 +13,6 @@ use tidegate_tower::SharedGate;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
 
-use crate::admin;
 use crate::classify::{Classifier, DEFAULT_PARTITION};
 use crate::config::{Config, duration};
 use crate::connection::Connections;
@@ -26,6 +25,7 @@ use crate::pool::{Pool, PoolConfig};
 use crate::readings::GateReadings;
 use crate::trust::Peer;
 use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
+use crate::{admin, recovery};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
 #[derive(Debug)]
@@ -35,6 +35,7 @@ pub struct Proxy {
     admin: TcpListener,
     drain_timeout: Duration,
     clients: Connections,
+    reconnect_interval: Duration,
 }
 
 /// How a [`Proxy::run`] ended.
@@ -125,6 +126,7 @@ impl Proxy {
             admin,
             drain_timeout: duration(config.server.drain_timeout),
             clients,
+            reconnect_interval: duration(config.ejection.reconnect_interval),
         })
     }
 
@@ -158,6 +160,7 @@ impl Proxy {
             admin,
             drain_timeout,
             clients,
+            reconnect_interval,
         } = self;
         let clients = Arc::new(clients);
         let graceful = GracefulShutdown::new();
@@ -168,6 +171,11 @@ impl Proxy {
             shared.clone(),
             admin_stopped,
             clients.header_read_timeout,
+        ));
+        let recovery_task = tokio::spawn(recovery::watch(
+            shared.clone(),
+            reconnect_interval,
+            admin_stop.subscribe(),
         ));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
@@ -212,6 +220,7 @@ impl Proxy {
         shared.abandoned.finished().await;
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
+        let _ = recovery_task.await;
         Drained { cut }
     }
 }

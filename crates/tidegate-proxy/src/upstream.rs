@@ -252,6 +252,20 @@ impl Health {
         }
     }
 
+    /// A connection to the ejected upstream succeeded ([`crate::recovery`]): the ejection
+    /// ends now, and the next request probes. False if it was no longer ejected, or a probe
+    /// is out.
+    pub(crate) fn reconnected(&self, now: u64) -> bool {
+        let until = self.ejected_until.load(Ordering::Acquire);
+        until != HEALTHY
+            && until != PROBING
+            && until > now
+            && self
+                .ejected_until
+                .compare_exchange(until, now.max(1), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
     /// A probe ended without telling anything (the client went away): the next request
     /// probes instead.
     pub(crate) fn probe_abandoned(&self, now: u64) {
@@ -421,6 +435,7 @@ mod tests {
             consecutive_failures,
             base_time: Nanos::from_millis(100),
             max_time: Nanos::from_millis(250),
+            reconnect_interval: Nanos::ZERO,
         };
         (Health::new(config), UpstreamMetrics::detached())
     }
@@ -474,5 +489,19 @@ mod tests {
             health.failure(false, 0, &metrics);
         }
         assert_eq!(health.admit(0), Admission::Healthy);
+    }
+
+    #[test]
+    fn a_reconnection_ends_the_ejection_and_the_next_request_probes() {
+        let (health, metrics) = health(1);
+        assert!(!health.reconnected(10), "not ejected");
+        health.failure(false, 10, &metrics);
+        assert_eq!(health.admit(20), Admission::Ejected(10 + 100_000_000));
+        assert!(health.reconnected(20));
+        assert!(!health.reconnected(20), "once");
+        assert_eq!(health.admit(21), Admission::Probe);
+        assert!(!health.reconnected(22), "a probe is out");
+        health.success(true, &metrics);
+        assert!(!health.is_ejected());
     }
 }
