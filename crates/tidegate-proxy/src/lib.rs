@@ -37,6 +37,8 @@ mod dashboard;
 mod error;
 mod forward;
 mod handler;
+#[cfg(test)]
+mod header_props;
 mod metrics;
 mod pool;
 mod readings;
