@@ -40,11 +40,11 @@ use serde::{Deserialize, Serialize};
 use tidegate_core::Nanos;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::Sleep;
 
 use crate::checks;
 use crate::config::duration;
 use crate::handler::{self, Shared};
+use crate::stall::Stall;
 use crate::trust::Peer;
 
 /// The bounds of client connections (`[connections]`).
@@ -258,15 +258,13 @@ fn is_write_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
 #[error("the client read nothing for {0:?}")]
 struct WriteStalled(Duration);
 
-/// A client socket whose writes fail once one has stayed blocked for `timeout`. The timer is
-/// made on the first blocked write and armed only while a write is blocked: a client that
-/// reads never costs one.
+/// A client socket whose writes fail once one has stayed blocked for `timeout`. The timer
+/// runs only while a write is blocked: a client that reads never costs one.
 #[derive(Debug)]
 struct WriteDeadline {
     inner: TcpStream,
     timeout: Duration,
-    stall: Option<Pin<Box<Sleep>>>,
-    armed: bool,
+    stall: Stall,
 }
 
 impl WriteDeadline {
@@ -274,30 +272,19 @@ impl WriteDeadline {
         WriteDeadline {
             inner,
             timeout,
-            stall: None,
-            armed: false,
+            stall: Stall::default(),
         }
     }
 
     /// The write was blocked: runs the timer, an error once it fired.
     fn blocked(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if !self.armed {
-            let deadline = tokio::time::Instant::now() + self.timeout;
-            match &mut self.stall {
-                Some(stall) => stall.as_mut().reset(deadline),
-                None => self.stall = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        match self.stall.poll_waiting(cx, self.timeout) {
+            Poll::Ready(()) => {
+                let stalled = WriteStalled(self.timeout);
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, stalled)))
             }
-            self.armed = true;
+            Poll::Pending => Poll::Pending,
         }
-        let fired = self
-            .stall
-            .as_mut()
-            .is_some_and(|stall| stall.as_mut().poll(cx).is_ready());
-        if fired {
-            let stalled = WriteStalled(self.timeout);
-            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, stalled)));
-        }
-        Poll::Pending
     }
 
     fn wrote(
@@ -308,7 +295,7 @@ impl WriteDeadline {
         match written {
             Poll::Pending => self.blocked(cx),
             ready => {
-                self.armed = false;
+                self.stall.progressed();
                 ready
             }
         }

@@ -18,7 +18,6 @@
 //! (the client's patience went in the gate's queue, not the upstream).
 
 use std::convert::Infallible;
-use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +42,7 @@ use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
 use crate::refuse;
 use crate::request_body::{BodyState, RequestBody};
+use crate::stall::Stall;
 use crate::trust::{Cidr, Peer};
 use crate::upstream::{Pick, Upstream, Upstreams};
 
@@ -582,10 +582,8 @@ pub(crate) struct ResponseBody {
     inner: Option<Incoming>,
     end: Option<(Completion, Outcome)>,
     read_timeout: Duration,
-    /// The deadline for the next frame, made on the first wait and reused.
-    idle: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Whether `idle` runs for the frame being waited for.
-    armed: bool,
+    /// The deadline for the next frame.
+    idle: Stall,
 }
 
 /// The upstream sent nothing for `client.read_timeout` in the middle of a body.
@@ -602,8 +600,7 @@ impl ResponseBody {
             inner: Some(inner),
             end: Some((completion, outcome)),
             read_timeout,
-            idle: None,
-            armed: false,
+            idle: Stall::default(),
         };
         // An empty body (204, HEAD, a 0-length answer) may never be polled.
         if body.is_end_stream() {
@@ -625,24 +622,6 @@ impl ResponseBody {
                     completion.finish(Class::Dropped, Some(Outcome::Dropped));
                 }
             }
-        }
-    }
-}
-
-impl ResponseBody {
-    /// Runs the idle timer while the upstream is silent: ready when it fired.
-    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if !self.armed {
-            let deadline = tokio::time::Instant::now() + self.read_timeout;
-            match &mut self.idle {
-                Some(idle) => idle.as_mut().reset(deadline),
-                None => self.idle = Some(Box::pin(tokio::time::sleep_until(deadline))),
-            }
-            self.armed = true;
-        }
-        match &mut self.idle {
-            Some(idle) => idle.as_mut().poll(cx),
-            None => Poll::Pending,
         }
     }
 }
@@ -692,13 +671,13 @@ impl Body for ResponseBody {
         let frame = match Pin::new(&mut *inner).poll_frame(cx) {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
-                ready!(this.poll_idle(cx));
+                ready!(this.idle.poll_waiting(cx, this.read_timeout));
                 this.inner = None;
                 this.end(Some(ErrorKind::Timeout));
                 return Poll::Ready(Some(Err(ReadTimeout(this.read_timeout).into())));
             }
         };
-        this.armed = false;
+        this.idle.progressed();
         match &frame {
             None => this.end(None),
             Some(Err(_)) => this.end(Some(ErrorKind::Body)),

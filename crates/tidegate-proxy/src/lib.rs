@@ -46,6 +46,7 @@ mod recovery;
 mod refuse;
 mod request_body;
 mod server;
+mod stall;
 mod trust;
 mod upstream;
 

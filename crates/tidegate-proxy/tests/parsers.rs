@@ -15,13 +15,10 @@ use tidegate_proxy::{Cidr, Config, DEFAULT_CONFIG};
 
 /// The error with its sources, as the CLI prints it.
 fn message(error: &tidegate_proxy::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
+    std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 /// The default file's lines that set a key, as `(line index, key)`.
