@@ -79,7 +79,7 @@ impl Default for ConnectionsConfig {
     fn default() -> ConnectionsConfig {
         ConnectionsConfig {
             max: 10_000,
-            header_read_timeout: Nanos::from_secs(10),
+            header_read_timeout: Nanos::from_secs(30),
             write_timeout: Nanos::from_secs(30),
             max_header_bytes: 64 * 1024,
             max_headers: 100,
