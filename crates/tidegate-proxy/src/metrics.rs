@@ -14,6 +14,8 @@
 //! | `tidegate_lease_header_invalid_total` | counter | `upstream` | `tidegate-lease` headers that did not parse (ignored) |
 //! | `tidegate_priority_header_invalid_total` | counter | | priority headers that did not parse (the request got the default priority) |
 //! | `tidegate_priority_header_untrusted_total` | counter | | priority headers from clients outside `trust.sources`, not read (the request got the route's or the default priority) |
+//! | `tidegate_client_connections` | gauge | | client connections open (`crate::connection`) |
+//! | `tidegate_client_connections_closed_total` | counter | `reason` | client connections the proxy closed itself: `max_connections`, `header_timeout`, `write_timeout` |
 //!
 //! Every handle a request touches is created at startup and kept, so that the request path
 //! does no label lookup: an observation is a few atomic operations.
