@@ -274,3 +274,59 @@ async fn an_untrusted_client_cannot_claim_a_priority_or_a_forwarded_address() {
     assert_eq!(seen["tidegate-priority"], "0/9");
     assert_eq!(seen["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
 }
+
+/// An upstream that answers with bytes that are not HTTP: 502 `protocol`, its failure (a
+/// strike toward ejection), the proxy up, and the other upstream serving alongside.
+#[tokio::test]
+async fn an_upstream_speaking_garbage_is_its_own_failure() {
+    let garbage = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = garbage.local_addr().unwrap();
+    let _rogue = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = garbage.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let _ = stream
+                    .write_all(b"\x16\x03\x01\x00\xa5 not http at all\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    let healthy = Origin::start("b").await;
+    let mut config = config(&[&healthy]);
+    config.upstreams.insert(
+        0,
+        tidegate_proxy::UpstreamConfig {
+            url: format!("http://{addr}"),
+            name: Some("a".to_owned()),
+        },
+    );
+    config.ejection.consecutive_failures = 1;
+    config.ejection.base_time = Nanos::from_secs(30);
+    let proxy = TestProxy::start(config).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let response = get(&proxy.url("/echo")).await;
+        if response.status() == StatusCode::BAD_GATEWAY {
+            assert_eq!(response.headers()[tidegate_proxy::ERROR_HEADER], "protocol");
+        }
+        statuses.push(response.status());
+    }
+    // Once it failed, it is ejected and every request goes to the healthy upstream.
+    let bad = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::BAD_GATEWAY)
+        .count();
+    assert_eq!(bad, 1, "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&StatusCode::OK));
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_upstream_errors_total",
+            &[("upstream", "a"), ("kind", "protocol")]
+        ),
+        bad as f64
+    );
+    ledgers_agree(&proxy, "a").await;
+    ledgers_agree(&proxy, "b").await;
+}
