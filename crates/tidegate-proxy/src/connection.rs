@@ -97,7 +97,8 @@ type Labels = Vec<(&'static str, &'static str)>;
 enum Closed {
     /// Over `connections.max`.
     Refused,
-    /// No request head within `header_read_timeout`.
+    /// No request head within `header_read_timeout` (the first, or a later one over
+    /// HTTP/1.1).
     FirstRequest,
     /// A write blocked past `write_timeout`.
     Write,
@@ -217,10 +218,17 @@ impl Connections {
             }
             Err(_) => connection.await,
         };
-        if let Err(error) = result
-            && is_write_timeout(error.as_ref())
-        {
-            self.close(Closed::Write);
+        if let Err(error) = result {
+            if is_write_timeout(error.as_ref()) {
+                self.close(Closed::Write);
+            } else if error
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_timeout)
+            {
+                // hyper's own header timeout (HTTP/1.1 heads after the first, or a first
+                // head whose timer hyper started just before this one).
+                self.close(Closed::FirstRequest);
+            }
         }
     }
 }
