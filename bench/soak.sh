@@ -17,7 +17,9 @@
 #     tidegate_requests_total outcomes: every difference must be 0;
 #   - the origin's arrivals (summed over its restarts) beside the requests the proxy admitted
 #     (a request admitted just as the origin was killed may not have arrived);
-#   - RSS at the start of load, its peak, and at the end, and the file descriptors likewise.
+#   - RSS at the start of load, its peak, and at the end, and the file descriptors likewise;
+#   - for each restart of the origin, the time until goodput is back to 90% of what it was
+#     before the fault.
 # It exits 1 if a difference that must be 0 is not. Output: a directory named at the end.
 set -euo pipefail
 
@@ -128,6 +130,7 @@ pids+=("$!")
 ) &
 faults=$!
 
+date +%s >"$out/load_started"
 "$tidegate" load "http://127.0.0.1:$proxy_port/" --rate "$rate" --duration "${seconds}s" \
     --tiers 0:10,1:20,3:40,5:30 --cohort-keys 1000 --key-header tidegate-key --timeout 2s \
     --progress never --json >"$out/load.json"
@@ -190,6 +193,22 @@ admitted = hist["ok"] + hist["dropped"] + hist["ignored"] + hist["client_error"]
 print(f"origin arrived {arrived_before + arrived_now} (over its restarts); proxy admitted {admitted}")
 closed = {l["reason"]: int(v) for l, v in series.get("tidegate_client_connections_closed_total", [])}
 print(f"connections closed by the proxy: {closed}")
+# Time to full goodput after each restart: from the restart to the first second with at least
+# 90% of the ok responses per second of the 9 seconds before the origin hung.
+import statistics
+ok = [p["ok"] for p in load["per_second"]]
+started = int(open(f"{out}/load_started").read())
+events = [line.split(None, 1) for line in open(f"{out}/faults.log")]
+hung = [int(t) - started for t, what in events if what.startswith("origin hung")]
+restarted = [int(t) - started for t, what in events if what.startswith("origin restarted")]
+for h, r in zip(hung, restarted):
+    if h < 1 or r >= len(ok):
+        continue
+    before = statistics.median(ok[max(h - 9, 0):h])
+    back = next((s - r for s in range(r, len(ok)) if ok[s] >= 0.9 * before), None)
+    after = statistics.median(ok[r + 1:r + 11]) if r + 1 < len(ok) else 0
+    print(f"restart at {r} s: {before:.0f} ok/s before the fault, {after:.0f} in the 10 s after; "
+          + (f"90% of it back after {back} s" if back is not None else "not back to 90% by the end"))
 rows = [tuple(map(int, l.split(","))) for l in open(f"{out}/samples.csv").read().split()[1:] if l.count(",") == 2]
 if rows:
     rss = [r[1] for r in rows]; fds = [r[2] for r in rows]
