@@ -154,12 +154,12 @@ impl Connections {
         let closed = Family::<Labels, Counter>::default();
         registry.register(
             "tidegate_client_connections",
-            "Client connections open.",
+            "Client connections open",
             open.clone(),
         );
         registry.register(
             "tidegate_client_connections_closed",
-            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading).",
+            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading)",
             closed.clone(),
         );
         let closed = [Closed::Refused, Closed::FirstRequest, Closed::Write].map(|reason| {

@@ -199,7 +199,7 @@ impl ProxyMetrics {
         );
         registry.register(
             "tidegate_priority_header_untrusted",
-            "Priority headers from clients outside trust.sources; the request got the route's or the default priority.",
+            "Priority headers from clients outside trust.sources; the request got the route's or the default priority",
             priority_untrusted.clone(),
         );
         let unavailable = durations

@@ -490,18 +490,4 @@ mod tests {
         }
         assert_eq!(health.admit(0), Admission::Healthy);
     }
-
-    #[test]
-    fn a_reconnection_ends_the_ejection_and_the_next_request_probes() {
-        let (health, metrics) = health(1);
-        assert!(!health.reconnected(10), "not ejected");
-        health.failure(false, 10, &metrics);
-        assert_eq!(health.admit(20), Admission::Ejected(10 + 100_000_000));
-        assert!(health.reconnected(20));
-        assert!(!health.reconnected(20), "once");
-        assert_eq!(health.admit(21), Admission::Probe);
-        assert!(!health.reconnected(22), "a probe is out");
-        health.success(true, &metrics);
-        assert!(!health.is_ejected());
-    }
 }
