@@ -245,13 +245,19 @@ impl FromStr for Nanos {
     }
 }
 
-/// Durations appear in configuration files as strings with a unit (`"15ms"`); an integer is
-/// taken as nanoseconds so that generated configs round-trip without loss.
+/// Durations appear in configuration files as strings with a unit (`"15ms"`). A bare number
+/// other than 0 is refused: `timeout = 30` could mean seconds or milliseconds, and read as
+/// nanoseconds it silently made every request time out. The error names the units, and the
+/// parser's message adds the key and its line.
 impl Serialize for Nanos {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
     }
 }
+
+/// What a duration without a unit is told.
+const UNITS: &str = "write a duration as a string with a unit, such as \"30s\" or \"150ms\" \
+                     (units: ns, us, ms, s, m, h)";
 
 impl<'de> Deserialize<'de> for Nanos {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Nanos, D::Error> {
@@ -265,12 +271,19 @@ impl<'de> Deserialize<'de> for Nanos {
                 v.parse().map_err(E::custom)
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Nanos, E> {
-                Ok(Nanos(v))
+                match v {
+                    0 => Ok(Nanos::ZERO),
+                    v => Err(E::custom(format_args!("{v} has no unit: {UNITS}"))),
+                }
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Nanos, E> {
-                u64::try_from(v)
-                    .map(Nanos)
-                    .map_err(|_| E::custom("a duration cannot be negative"))
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom("a duration cannot be negative")),
+                }
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Nanos, E> {
+                Err(E::custom(format_args!("{v} has no unit: {UNITS}")))
             }
         }
         deserializer.deserialize_any(Visitor)
@@ -386,17 +399,29 @@ mod tests {
     }
 
     #[test]
-    fn deserializes_strings_and_integers() {
-        #[derive(Deserialize)]
+    fn deserializes_strings_with_a_unit_and_refuses_bare_numbers() {
+        #[derive(Debug, Deserialize)]
         struct C {
             a: Nanos,
             b: Nanos,
         }
-        let c: C = toml::from_str("a = \"15ms\"\nb = 42").expect("valid");
-        assert_eq!((c.a, c.b), (Nanos::from_millis(15), Nanos::from_nanos(42)));
+        let c: C = toml::from_str("a = \"15ms\"\nb = 0").expect("valid");
+        assert_eq!((c.a, c.b), (Nanos::from_millis(15), Nanos::ZERO));
         let err = toml::from_str::<C>("a = \"15 parsecs\"\nb = 1")
             .err()
             .map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.contains("line 1")));
+        // A bare number is not read as nanoseconds: the error names the line, the key and the
+        // units.
+        for bare in ["30", "1.5", "-2"] {
+            let err = toml::from_str::<C>(&format!("a = \"1s\"\nb = {bare}"))
+                .expect_err(bare)
+                .to_string();
+            assert!(err.contains("line 2") && err.contains("b = "), "{err}");
+            assert!(
+                bare == "-2" || (err.contains("no unit") && err.contains("ms, s, m, h")),
+                "{err}"
+            );
+        }
     }
 }

@@ -6,13 +6,14 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -20,11 +21,14 @@ use tokio::sync::watch;
 use crate::dashboard;
 use crate::handler::Shared;
 
-/// Serves the admin endpoints until `stop` turns true.
+/// Serves the admin endpoints until `stop` turns true. A client has `header_read_timeout`
+/// for each request head (a slowloris on the admin port would otherwise hold its connection,
+/// and the monitoring that reads it, forever).
 pub(crate) async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
+    header_read_timeout: Duration,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     // The dashboard's sampler, which stops with the listener.
@@ -42,6 +46,8 @@ pub(crate) async fn serve(
                         async move { Ok::<_, Infallible>(response) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_read_timeout)
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
                 });

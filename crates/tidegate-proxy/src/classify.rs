@@ -7,6 +7,9 @@
 //!   default.
 //! - A malformed priority header is not an error: the request gets the default priority and
 //!   the header is counted, so that a client's typo costs it its priority, never its answer.
+//! - Neither header is read from a client outside `trust.sources` ([`crate::trust`]): its
+//!   request gets the route's tier or the default priority, and a priority header it sent is
+//!   counted.
 
 use std::time::SystemTime;
 
@@ -31,6 +34,8 @@ pub(crate) struct Class {
     pub(crate) partition: usize,
     /// The priority header was present but did not parse.
     pub(crate) header_invalid: bool,
+    /// The priority header was present but its sender is not trusted.
+    pub(crate) header_untrusted: bool,
 }
 
 #[derive(Debug)]
@@ -90,12 +95,17 @@ impl Classifier {
         self.header.as_ref()
     }
 
-    pub(crate) fn classify(&self, path: &str, headers: &HeaderMap) -> Class {
+    /// `trusted`: whether the client may set its priority and caller key.
+    pub(crate) fn classify(&self, path: &str, headers: &HeaderMap, trusted: bool) -> Class {
         let route = self.routes.iter().find(|r| path.starts_with(&r.prefix));
         let mut header_invalid = false;
+        let mut header_untrusted = false;
         let mut explicit_cohort = false;
         let mut priority = self.default;
-        if let Some(value) = self.header.as_ref().and_then(|name| headers.get(name)) {
+        let header = self.header.as_ref().and_then(|name| headers.get(name));
+        if !trusted {
+            header_untrusted = header.is_some();
+        } else if let Some(value) = header {
             match value.to_str().ok().map(|v| (v, v.parse::<Priority>())) {
                 Some((text, Ok(parsed))) => {
                     priority = parsed;
@@ -109,7 +119,8 @@ impl Classifier {
         {
             priority = routed;
         }
-        if !explicit_cohort
+        if trusted
+            && !explicit_cohort
             && let Some(key) = self.caller_key.as_ref().and_then(|name| headers.get(name))
         {
             priority = priority.with_cohort(self.cohorts.cohort(key.as_bytes(), wall_clock()));
@@ -118,6 +129,7 @@ impl Classifier {
             priority,
             partition: route.map_or(0, |r| r.partition),
             header_invalid,
+            header_untrusted,
         }
     }
 }
@@ -159,17 +171,20 @@ mod tests {
     #[test]
     fn header_gives_tier_and_cohort() {
         let c = classifier(|_| {});
-        let class = c.classify("/", &headers(&[("tidegate-priority", "1/17")]));
+        let class = c.classify("/", &headers(&[("tidegate-priority", "1/17")]), true);
         assert_eq!(class.priority, p(1, 17));
         assert!(!class.header_invalid);
-        assert_eq!(c.classify("/", &headers(&[])).priority, Priority::default());
+        assert_eq!(
+            c.classify("/", &headers(&[]), true).priority,
+            Priority::default()
+        );
     }
 
     #[test]
     fn malformed_header_gets_the_default_and_is_flagged() {
         let c = classifier(|config| config.priority.default = p(4, 2));
         for bad in ["urgent", "9", "1/999", "1/"] {
-            let class = c.classify("/", &headers(&[("tidegate-priority", bad)]));
+            let class = c.classify("/", &headers(&[("tidegate-priority", bad)]), true);
             assert_eq!(class.priority, p(4, 2), "{bad}");
             assert!(class.header_invalid, "{bad}");
         }
@@ -192,11 +207,15 @@ mod tests {
             ];
         });
         assert_eq!(c.partitions(), ["default", "batch"]);
-        let batch = c.classify("/api/batch/7", &headers(&[("tidegate-priority", "0/3")]));
+        let batch = c.classify(
+            "/api/batch/7",
+            &headers(&[("tidegate-priority", "0/3")]),
+            true,
+        );
         assert_eq!((batch.priority, batch.partition), (p(5, 3), 1));
-        let api = c.classify("/api/users", &headers(&[]));
+        let api = c.classify("/api/users", &headers(&[]), true);
         assert_eq!((api.priority, api.partition), (p(1, 0), 0));
-        let other = c.classify("/health", &headers(&[]));
+        let other = c.classify("/health", &headers(&[]), true);
         assert_eq!((other.priority, other.partition), (Priority::default(), 0));
     }
 
@@ -206,10 +225,11 @@ mod tests {
         let cohorts: Vec<u8> = (0..64)
             .map(|user| {
                 let user = format!("user-{user}");
-                let first = c.classify("/", &headers(&[("x-user", &user)]));
+                let first = c.classify("/", &headers(&[("x-user", &user)]), true);
                 let again = c.classify(
                     "/",
                     &headers(&[("x-user", &user), ("tidegate-priority", "2")]),
+                    true,
                 );
                 assert_eq!(first.priority.tier(), 3);
                 assert_eq!(again.priority.tier(), 2);
@@ -224,6 +244,7 @@ mod tests {
         let explicit = c.classify(
             "/",
             &headers(&[("x-user", "u"), ("tidegate-priority", "2/9")]),
+            true,
         );
         assert_eq!(explicit.priority, p(2, 9));
     }
@@ -231,7 +252,29 @@ mod tests {
     #[test]
     fn empty_header_name_reads_nothing() {
         let c = classifier(|config| config.priority.header = String::new());
-        let class = c.classify("/", &headers(&[("tidegate-priority", "0")]));
+        let class = c.classify("/", &headers(&[("tidegate-priority", "0")]), true);
         assert_eq!(class.priority, Priority::default());
+    }
+
+    #[test]
+    fn an_untrusted_client_gets_the_route_or_default_priority() {
+        let c = classifier(|config| {
+            config.priority.default = p(4, 2);
+            config.priority.caller_key_header = "x-user".to_owned();
+            config.routes = vec![Route {
+                prefix: "/api".to_owned(),
+                tier: Some(1),
+                partition: None,
+            }];
+        });
+        let claims = headers(&[("tidegate-priority", "0/9"), ("x-user", "u")]);
+        let class = c.classify("/", &claims, false);
+        assert_eq!(class.priority, p(4, 2));
+        assert!(class.header_untrusted && !class.header_invalid);
+        assert_eq!(c.classify("/api/x", &claims, false).priority, p(1, 2));
+        let quiet = c.classify("/", &headers(&[("x-user", "u")]), false);
+        assert_eq!(quiet.priority, p(4, 2), "no cohort from the caller key");
+        assert!(!quiet.header_untrusted);
+        assert_eq!(c.classify("/", &claims, true).priority, p(0, 9));
     }
 }

@@ -16,7 +16,10 @@ use tidegate_core::config::GateConfig;
 use tidegate_core::priority::CohortMap;
 use tidegate_core::{Nanos, Priority};
 
+use crate::checks;
+pub use crate::connection::ConnectionsConfig;
 use crate::error::Error;
+use crate::trust::Cidr;
 
 /// Everything the proxy needs. `Config::default()` plus one upstream is a working proxy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -27,13 +30,19 @@ pub struct Config {
     /// Where `/metrics`, `/status`, `/dashboard`, `/healthz` and `/readyz` are served.
     pub admin: SocketAddr,
     /// Worker threads of the runtime (the CLI's `--threads`): 1 runs everything on one thread,
-    /// 0 one per core.
+    /// 0 one per core; at most 1024.
+    #[serde(deserialize_with = "checks::threads")]
     pub threads: usize,
-    /// The services behind the proxy.
+    /// The services behind the proxy, each with its own name.
+    #[serde(deserialize_with = "checks::upstreams")]
     pub upstreams: Vec<UpstreamConfig>,
     pub client: ClientConfig,
     pub server: ServerConfig,
+    /// Bounds on client connections: how many, how slow, how large.
+    pub connections: ConnectionsConfig,
     pub priority: PriorityConfig,
+    /// Whose priority, caller-key and `X-Forwarded-For` headers are believed.
+    pub trust: TrustConfig,
     /// Path prefixes with their own tier or partition; the longest matching prefix applies.
     pub routes: Vec<Route>,
     pub ejection: EjectionConfig,
@@ -52,7 +61,9 @@ impl Default for Config {
             upstreams: Vec::new(),
             client: ClientConfig::default(),
             server: ServerConfig::default(),
+            connections: ConnectionsConfig::default(),
             priority: PriorityConfig::default(),
+            trust: TrustConfig::default(),
             routes: Vec::new(),
             ejection: EjectionConfig::default(),
             gate: GateConfig::default(),
@@ -66,6 +77,7 @@ impl Default for Config {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// `http://host:port`, optionally with a path prefix put before every request's path.
+    #[serde(deserialize_with = "checks::url")]
     pub url: String,
     /// The name in metrics and `/status`; the URL's `host:port` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +178,7 @@ pub enum OnClientGone {
 pub struct PriorityConfig {
     /// The request header with the tier, or the tier and cohort: `1` or `1/17`. A malformed
     /// value gets the default priority and is counted. Empty: no header is read.
+    #[serde(deserialize_with = "checks::header")]
     pub header: String,
     /// The priority of a request that says nothing, as `TIER/COHORT`.
     #[serde(with = "priority_text")]
@@ -173,6 +186,7 @@ pub struct PriorityConfig {
     /// A request header naming the caller (a user id, an API key): its cohort is a stable
     /// hash of it, the same on every proxy instance, so that all instances shed the same
     /// callers first. Empty: cohorts come only from the priority header.
+    #[serde(deserialize_with = "checks::header")]
     pub caller_key_header: String,
     /// How the caller keys map to cohorts (how often a caller changes cohort, and a salt).
     pub cohorts: CohortMap,
@@ -189,6 +203,26 @@ impl Default for PriorityConfig {
             caller_key_header: String::new(),
             cohorts: CohortMap::default(),
             forward: true,
+        }
+    }
+}
+
+/// The trust boundary ([`crate::trust`]): the clients whose priority and caller-key headers
+/// are honoured and whose `X-Forwarded-For` is kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrustConfig {
+    /// Address blocks (`"10.0.0.0/8"`, `"fd00::/8"`, `"192.0.2.7"`) of the clients trusted:
+    /// the load balancers and gateways in front of the proxy. Any other client gets the
+    /// route's or the default priority and an `X-Forwarded-For` of its own address only.
+    /// Default: loopback.
+    pub sources: Vec<Cidr>,
+}
+
+impl Default for TrustConfig {
+    fn default() -> TrustConfig {
+        TrustConfig {
+            sources: crate::trust::loopback(),
         }
     }
 }
@@ -216,6 +250,10 @@ pub struct EjectionConfig {
     pub base_time: Nanos,
     /// The longest an ejection lasts.
     pub max_time: Nanos,
+    /// While an upstream is ejected, a connection to it is tried this often; once one
+    /// succeeds the next request probes it, without waiting for the ejection to end. Zero:
+    /// only the ejection's end brings a probe.
+    pub reconnect_interval: Nanos,
 }
 
 impl Default for EjectionConfig {
@@ -224,6 +262,7 @@ impl Default for EjectionConfig {
             consecutive_failures: 5,
             base_time: Nanos::from_secs(5),
             max_time: Nanos::from_secs(60),
+            reconnect_interval: Nanos::from_millis(500),
         }
     }
 }
@@ -295,6 +334,27 @@ impl Config {
         for upstream in &self.upstreams {
             crate::upstream::Target::parse(&upstream.url)?;
         }
+        if let Some(reason) = checks::duplicate_upstream(&self.upstreams) {
+            return invalid("upstreams", reason);
+        }
+        if let Some(reason) = checks::threads_reason(self.threads) {
+            return invalid("threads", reason);
+        }
+        if let Some(reason) = checks::header_bytes_reason(self.connections.max_header_bytes) {
+            return invalid("connections.max_header_bytes", reason);
+        }
+        for (key, value) in [
+            ("connections.max", self.connections.max),
+            ("connections.max_headers", self.connections.max_headers),
+            (
+                "connections.http2_max_concurrent_streams",
+                self.connections.http2_max_concurrent_streams as usize,
+            ),
+        ] {
+            if value == 0 {
+                return invalid(key, "must be at least 1".to_owned());
+            }
+        }
         if !matches!(self.server.shed_status, 429 | 503) {
             return invalid(
                 "server.shed_status",
@@ -306,6 +366,11 @@ impl Config {
             ("client.connect_timeout", self.client.connect_timeout),
             ("client.read_timeout", self.client.read_timeout),
             ("ejection.base_time", self.ejection.base_time),
+            (
+                "connections.header_read_timeout",
+                self.connections.header_read_timeout,
+            ),
+            ("connections.write_timeout", self.connections.write_timeout),
         ] {
             if value.is_zero() {
                 return invalid(key, "must be longer than zero".to_owned());
@@ -339,7 +404,9 @@ impl Config {
                 &self.priority.caller_key_header,
             ),
         ] {
-            header_name(key, value)?;
+            if let Some(reason) = checks::header_reason(value) {
+                return invalid(key, reason);
+            }
         }
         for (i, route) in self.routes.iter().enumerate() {
             if !route.prefix.starts_with('/') {
@@ -533,6 +600,92 @@ mod tests {
         assert!(err.contains("line 2") && err.contains("tier 7"), "{err}");
         let err = message(&Config::parse("listen = \"localhost\"\n", "l.toml").unwrap_err());
         assert!(err.contains("line 1") && err.contains("listen"), "{err}");
+    }
+
+    /// The issue-14 findings: each of these passed `--check` and then misbehaved.
+    #[test]
+    fn bad_values_are_refused_while_parsing_with_the_key_and_line() {
+        for (text, line, key, reason) in [
+            ("[client]\ntimeout = 30\n", 2, "timeout", "no unit"),
+            (
+                "[gate.queue]\n\ntimeout = 2.5\n",
+                3,
+                "timeout",
+                "ns, us, ms, s, m, h",
+            ),
+            ("threads = 100000\n", 1, "threads", "more than 1024"),
+            (
+                "[[upstreams]]\nurl = \"http://127.0.0.1:1\"\n[[upstreams]]\n\
+                 url = \"http://127.0.0.1:1\"\n",
+                1,
+                "upstreams",
+                "upstreams[1] has the name \"127.0.0.1:1\" of upstreams[0]",
+            ),
+            (
+                "[[upstreams]]\nurl = \"http://127.0.0.1:0\"\n",
+                2,
+                "url",
+                "port 0 is not between 1 and 65535",
+            ),
+            (
+                "[[upstreams]]\nurl = \"http://127.0.0.1:99999\"\n",
+                2,
+                "url",
+                "port 99999",
+            ),
+            (
+                "[priority]\nheader = \"host\"\n",
+                2,
+                "header",
+                "frames or routes",
+            ),
+            (
+                "[priority]\nheader = \"Content-Length\"\n",
+                2,
+                "header",
+                "frames or routes",
+            ),
+            (
+                "[priority]\ncaller_key_header = \"transfer-encoding\"\n",
+                2,
+                "caller_key_header",
+                "frames or routes",
+            ),
+            ("[gate.limit.fixed]\nlimit = 0\n", 2, "limit", "at least 1"),
+        ] {
+            let err = message(&Config::parse(text, "bad.toml").unwrap_err());
+            assert!(
+                err.contains("bad.toml") && err.contains(&format!("line {line}")),
+                "{text}: {err}"
+            );
+            assert!(
+                err.contains(&format!("{key} =")) || err.contains(&format!("[[{key}]]")),
+                "{text}: {err}"
+            );
+            assert!(err.contains(reason), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn validation_refuses_what_the_command_line_sets_too() {
+        let mut config = with_upstream();
+        config.threads = 100_000;
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("threads") && err.contains("1024"), "{err}");
+        let mut config = with_upstream();
+        config
+            .upstreams
+            .push(UpstreamConfig::new("http://127.0.0.1:3000/"));
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("upstreams[1]"), "{err}");
+        let mut config = with_upstream();
+        config.upstreams[0].url = "http://127.0.0.1:70000".to_owned();
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("port 70000"), "{err}");
+        let mut config = with_upstream();
+        config.priority.header = "host".to_owned();
+        let err = message(&config.validate().unwrap_err());
+        assert!(err.contains("priority.header"), "{err}");
     }
 
     fn with_upstream() -> Config {

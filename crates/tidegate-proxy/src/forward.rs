@@ -182,10 +182,7 @@ fn join(values: &[&HeaderValue]) -> HeaderValue {
 
 /// The client's address as an `X-Forwarded-For` element.
 pub(crate) fn client_value(ip: IpAddr) -> HeaderValue {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    };
+    let ip = crate::trust::canonical(ip);
     HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"))
 }
 

@@ -4,7 +4,9 @@
 //! Every request ends in exactly one counted outcome. The [`Completion`] made on arrival
 //! travels with the request (into the response body when there is one) and records how it
 //! ended: the gate's outcome from the status (`tidegate_tower::default_outcome`), a dropped
-//! sample for an upstream that failed, shed, or cancelled when the client went away.
+//! sample for an upstream that failed, shed, cancelled when the client went away, or the
+//! client's error when its request body broke ([`crate::request_body`]). The duration
+//! histogram's class and the gate's outcome always agree.
 //!
 //! A client that goes away while queued, or while its response streams, frees its slot at
 //! once. One that goes away while the upstream works on its request leaves the slot held
@@ -16,7 +18,6 @@
 //! (the client's patience went in the gate's queue, not the upstream).
 
 use std::convert::Infallible;
-use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,10 @@ use crate::dashboard::Dashboard;
 use crate::forward::{self, Forwarding};
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
+use crate::refuse;
+use crate::request_body::{BodyState, RequestBody};
+use crate::stall::Stall;
+use crate::trust::{Cidr, Peer};
 use crate::upstream::{Pick, Upstream, Upstreams};
 
 /// The header that names an upstream failure on a 502 or 504.
@@ -65,6 +70,8 @@ pub(crate) struct Shared {
     pub(crate) abandoned: Abandoned,
     pub(crate) draining: AtomicBool,
     pub(crate) dashboard: Dashboard,
+    /// `trust.sources`.
+    pub(crate) trusted: Vec<Cidr>,
     clock: quanta::Clock,
     epoch: quanta::Instant,
 }
@@ -83,6 +90,7 @@ impl Shared {
         retry_after: Duration,
         on_client_gone: OnClientGone,
         dashboard: Dashboard,
+        trusted: Vec<Cidr>,
     ) -> Shared {
         let clock = quanta::Clock::new();
         let epoch = clock.now();
@@ -100,6 +108,7 @@ impl Shared {
             abandoned: Abandoned::default(),
             draining: AtomicBool::new(false),
             dashboard,
+            trusted,
             clock,
             epoch,
         }
@@ -152,15 +161,29 @@ impl Abandoned {
 /// Forwards one request. Never fails: every problem is an HTTP answer.
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    client: HeaderValue,
+    client: Peer,
     request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let arrived = shared.now();
+    if let Some(status) = refuse::refusal(&request) {
+        let seconds = Duration::from_nanos(shared.now().saturating_sub(arrived)).as_secs_f64();
+        shared.metrics.refused.observe(seconds);
+        let mut response = empty(status);
+        if request.version() < http::Version::HTTP_2 {
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return Ok(response);
+    }
     let class = shared
         .classifier
-        .classify(request.uri().path(), request.headers());
+        .classify(request.uri().path(), request.headers(), client.trusted);
     if class.header_invalid {
         shared.metrics.priority_invalid.inc();
+    }
+    if class.header_untrusted {
+        shared.metrics.priority_untrusted.inc();
     }
     let pick = match shared.upstreams.pick(class.partition, arrived) {
         Ok(pick) => pick,
@@ -195,11 +218,14 @@ pub(crate) async fn handle(
     completion.admitted = shared.now();
 
     let (mut parts, body) = request.into_parts();
+    if !client.trusted {
+        untrusted_headers(&mut parts.headers, shared.classifier.header());
+    }
     shared.forwarding.request_headers(
         &mut parts.headers,
         parts.version,
         parts.uri.authority(),
-        &client,
+        &client.address,
         upstream.target.host(),
         class.priority,
     );
@@ -214,16 +240,30 @@ pub(crate) async fn handle(
         }
     };
     parts.version = shared.forwarding.upstream_version;
+    let (body, body_state) = RequestBody::new(body);
+    completion.body = body_state;
     let exchange = exchange(&shared, pick.upstream, Request::from_parts(parts, body));
     Ok(AtUpstream::new(exchange, completion).answer().await)
 }
+
+/// Removes what an untrusted client claims for itself: its priority (the one in force is
+/// sent instead when forwarding is on) and the addresses it says it was forwarded for (its
+/// own is appended after).
+fn untrusted_headers(headers: &mut http::HeaderMap, priority: Option<&HeaderName>) {
+    if let Some(name) = priority {
+        headers.remove(name);
+    }
+    headers.remove(&X_FORWARDED_FOR);
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The upstream's response headers, or the kind of failure, within `client.timeout`.
 type Exchange = Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lent), ErrorKind>> + Send>>;
 
 /// Sends `request` to upstream number `upstream`. Owned (boxed, holding its own `Shared`) so
 /// that it can outlive the client's connection: see [`AtUpstream`].
-fn exchange(shared: &Arc<Shared>, upstream: usize, request: Request<Incoming>) -> Exchange {
+fn exchange(shared: &Arc<Shared>, upstream: usize, request: Request<RequestBody>) -> Exchange {
     let shared = shared.clone();
     Box::pin(async move {
         let sent = shared.upstreams.list[upstream].pool.send(request);
@@ -349,6 +389,8 @@ pub(crate) struct Completion {
     admitted: u64,
     /// When the client went away while the upstream had the request.
     client_left: Option<u64>,
+    /// How the client's request body went, to tell its failures from the upstream's.
+    body: BodyState,
     /// The upstream connection, back to its pool when the response has been read whole.
     lent: Option<Lent>,
     finished: bool,
@@ -364,6 +406,7 @@ impl Completion {
             permit: None,
             admitted: 0,
             client_left: None,
+            body: BodyState::default(),
             lent: None,
             finished: false,
         };
@@ -440,6 +483,10 @@ impl Completion {
                 let upstream_took = self.shared.now().saturating_sub(self.admitted);
                 late_outcome(response.status(), patience, upstream_took)
             }
+            Err(kind) if self.client_fault(kind).is_some() => {
+                self.finish(Class::ClientError, Some(Outcome::Ignored));
+                return;
+            }
             // Too slow, or unreachable: the upstream's failure whoever waits.
             Err(kind @ (ErrorKind::Timeout | ErrorKind::Connect)) => {
                 self.upstream_failed(kind);
@@ -449,12 +496,32 @@ impl Completion {
             // the client cut short: nothing to learn from it.
             Err(_) => return,
         };
-        self.finish(Class::Cancelled, Some(outcome));
+        // The gate's outcome is the request's in every ledger, the client gone or not (the
+        // abandoned gauge counts those still at the upstream).
+        self.finish(class_of(outcome), Some(outcome));
+    }
+
+    /// The status for an exchange that failed with `kind` by the client's fault: its body
+    /// broke (malformed, or cut off), or it had not finished sending it when the upstream
+    /// timed out waiting. `None`: the upstream's failure.
+    fn client_fault(&self, kind: ErrorKind) -> Option<StatusCode> {
+        if self.body.broken() {
+            Some(StatusCode::BAD_REQUEST)
+        } else if kind == ErrorKind::Timeout && self.body.incomplete() {
+            Some(StatusCode::REQUEST_TIMEOUT)
+        } else {
+            None
+        }
     }
 
     /// The upstream failed: 502 (504 for a timeout), a dropped sample, a failure for its
-    /// health.
+    /// health. Unless the client's body made it fail: then the client's outcome, counted
+    /// apart (`client_error`), with nothing learned about the upstream.
     fn fail(mut self, kind: ErrorKind) -> Response<ResponseBody> {
+        if let Some(status) = self.client_fault(kind) {
+            self.finish(Class::ClientError, Some(Outcome::Ignored));
+            return empty(status);
+        }
         self.upstream_failed(kind);
         let status = match kind {
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -548,10 +615,8 @@ pub(crate) struct ResponseBody {
     inner: Option<Incoming>,
     end: Option<(Completion, Outcome)>,
     read_timeout: Duration,
-    /// The deadline for the next frame, made on the first wait and reused.
-    idle: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Whether `idle` runs for the frame being waited for.
-    armed: bool,
+    /// The deadline for the next frame.
+    idle: Stall,
 }
 
 /// The upstream sent nothing for `client.read_timeout` in the middle of a body.
@@ -568,8 +633,7 @@ impl ResponseBody {
             inner: Some(inner),
             end: Some((completion, outcome)),
             read_timeout,
-            idle: None,
-            armed: false,
+            idle: Stall::default(),
         };
         // An empty body (204, HEAD, a 0-length answer) may never be polled.
         if body.is_end_stream() {
@@ -591,24 +655,6 @@ impl ResponseBody {
                     completion.finish(Class::Dropped, Some(Outcome::Dropped));
                 }
             }
-        }
-    }
-}
-
-impl ResponseBody {
-    /// Runs the idle timer while the upstream is silent: ready when it fired.
-    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if !self.armed {
-            let deadline = tokio::time::Instant::now() + self.read_timeout;
-            match &mut self.idle {
-                Some(idle) => idle.as_mut().reset(deadline),
-                None => self.idle = Some(Box::pin(tokio::time::sleep_until(deadline))),
-            }
-            self.armed = true;
-        }
-        match &mut self.idle {
-            Some(idle) => idle.as_mut().poll(cx),
-            None => Poll::Pending,
         }
     }
 }
@@ -658,13 +704,13 @@ impl Body for ResponseBody {
         let frame = match Pin::new(&mut *inner).poll_frame(cx) {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
-                ready!(this.poll_idle(cx));
+                ready!(this.idle.poll_waiting(cx, this.read_timeout));
                 this.inner = None;
                 this.end(Some(ErrorKind::Timeout));
                 return Poll::Ready(Some(Err(ReadTimeout(this.read_timeout).into())));
             }
         };
-        this.armed = false;
+        this.idle.progressed();
         match &frame {
             None => this.end(None),
             Some(Err(_)) => this.end(Some(ErrorKind::Body)),

@@ -29,17 +29,26 @@
 //! shutdown.
 
 mod admin;
+mod checks;
 mod classify;
 pub mod config;
+mod connection;
 mod cutoff;
 mod dashboard;
 mod error;
 mod forward;
 mod handler;
+#[cfg(test)]
+mod header_props;
 mod metrics;
 mod pool;
 mod readings;
+mod recovery;
+mod refuse;
+mod request_body;
 mod server;
+mod stall;
+mod trust;
 mod upstream;
 
 pub use config::{Config, DEFAULT_CONFIG, UpstreamConfig};
@@ -47,3 +56,4 @@ pub use error::Error;
 pub use handler::ERROR_HEADER;
 pub use readings::{GateReading, GateReadings};
 pub use server::{Drained, Proxy};
+pub use trust::{Cidr, ParseCidrError};

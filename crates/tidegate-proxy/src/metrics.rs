@@ -6,13 +6,16 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `tidegate_request_duration_seconds` | histogram | `upstream`, `class` | time from arrival to the response's last byte (or to the answer, when shed), by how the request ended: `ok`, `dropped`, `ignored` (the limit's outcomes), `shed`, `cancelled` (the client went away), `unavailable` (every upstream ejected; `upstream="none"`) |
+//! | `tidegate_request_duration_seconds` | histogram | `upstream`, `class` | time from arrival to the response's last byte (or to the answer, when shed), by how the request ended: `ok`, `dropped`, `ignored` (the limit's outcomes), `shed`, `cancelled` (the client went away), `client_error` (the client's request body broke), `unavailable` (every upstream ejected; `upstream="none"`), `refused` (a `CONNECT` or two `Host` fields, answered at once; `upstream="none"`) |
 //! | `tidegate_upstream_errors_total` | counter | `upstream`, `kind` | upstream failures: `connect` (refused or unreachable), `timeout` (no response headers in time, or silent mid-body), `reset` (closed mid-exchange), `protocol`, `body` (failed while streaming the response) |
 //! | `tidegate_upstream_ejections_total` | counter | `upstream` | times the upstream was ejected |
 //! | `tidegate_upstream_ejected` | gauge | `upstream` | 1 while ejected |
 //! | `tidegate_upstream_abandoned` | gauge | `upstream` | requests whose client went away that the upstream still has, their slots held (`server.on_client_gone = "wait"`) |
 //! | `tidegate_lease_header_invalid_total` | counter | `upstream` | `tidegate-lease` headers that did not parse (ignored) |
 //! | `tidegate_priority_header_invalid_total` | counter | | priority headers that did not parse (the request got the default priority) |
+//! | `tidegate_priority_header_untrusted_total` | counter | | priority headers from clients outside `trust.sources`, not read (the request got the route's or the default priority) |
+//! | `tidegate_client_connections` | gauge | | client connections open (`crate::connection`) |
+//! | `tidegate_client_connections_closed_total` | counter | `reason` | client connections the proxy closed itself: `max_connections`, `header_timeout`, `write_timeout` |
 //!
 //! Every handle a request touches is created at startup and kept, so that the request path
 //! does no label lookup: an observation is a few atomic operations.
@@ -38,15 +41,19 @@ pub(crate) enum Class {
     Ignored,
     Shed,
     Cancelled,
+    /// The client's request body broke or stalled: its failure, not the upstream's (the
+    /// gate's `ignored`).
+    ClientError,
 }
 
 impl Class {
-    const ALL: [Class; 5] = [
+    const ALL: [Class; 6] = [
         Class::Ok,
         Class::Dropped,
         Class::Ignored,
         Class::Shed,
         Class::Cancelled,
+        Class::ClientError,
     ];
 
     fn as_str(self) -> &'static str {
@@ -56,6 +63,7 @@ impl Class {
             Class::Ignored => "ignored",
             Class::Shed => "shed",
             Class::Cancelled => "cancelled",
+            Class::ClientError => "client_error",
         }
     }
 }
@@ -137,8 +145,12 @@ pub(crate) struct ProxyMetrics {
     lease_invalid: Family<Labels, Counter>,
     cutoff_invalid: Family<Labels, Counter>,
     pub(crate) priority_invalid: Counter,
+    /// Priority headers from clients outside `trust.sources`, not read.
+    pub(crate) priority_untrusted: Counter,
     /// Requests answered 503 because every upstream was ejected.
     pub(crate) unavailable: Histogram,
+    /// Requests refused before any gate (`crate::refuse`).
+    pub(crate) refused: Histogram,
 }
 
 impl ProxyMetrics {
@@ -155,6 +167,7 @@ impl ProxyMetrics {
         let lease_invalid = Family::<Labels, Counter>::default();
         let cutoff_invalid = Family::<Labels, Counter>::default();
         let priority_invalid = Counter::default();
+        let priority_untrusted = Counter::default();
         registry.register(
             "tidegate_request_duration_seconds",
             "Time from a request's arrival to its response's last byte, by upstream and how it ended",
@@ -195,10 +208,21 @@ impl ProxyMetrics {
             "Priority headers that did not parse; the request got the default priority",
             priority_invalid.clone(),
         );
+        registry.register(
+            "tidegate_priority_header_untrusted",
+            "Priority headers from clients outside trust.sources; the request got the route's or the default priority",
+            priority_untrusted.clone(),
+        );
         let unavailable = durations
             .get_or_create(&vec![
                 ("upstream", "none".to_owned()),
                 ("class", "unavailable".to_owned()),
+            ])
+            .clone();
+        let refused = durations
+            .get_or_create(&vec![
+                ("upstream", "none".to_owned()),
+                ("class", "refused".to_owned()),
             ])
             .clone();
         ProxyMetrics {
@@ -210,7 +234,9 @@ impl ProxyMetrics {
             lease_invalid,
             cutoff_invalid,
             priority_invalid,
+            priority_untrusted,
             unavailable,
+            refused,
         }
     }
 

@@ -22,6 +22,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use crate::metrics::ErrorKind;
+use crate::request_body::RequestBody;
 
 /// How to reach an upstream and how long to keep its connections.
 #[derive(Debug)]
@@ -41,7 +42,7 @@ pub(crate) struct Pool {
     /// HTTP/1.1 connections ready for a request, the most recently used last.
     idle: Mutex<VecDeque<Idle>>,
     /// The shared HTTP/2 connection.
-    shared: Mutex<Option<http2::SendRequest<Incoming>>>,
+    shared: Mutex<Option<http2::SendRequest<RequestBody>>>,
     /// Held while an HTTP/2 connection is being made, so that concurrent requests wait for
     /// it instead of each making one.
     connecting: tokio::sync::Mutex<()>,
@@ -50,7 +51,7 @@ pub(crate) struct Pool {
 
 #[derive(Debug)]
 struct Idle {
-    sender: http1::SendRequest<Incoming>,
+    sender: http1::SendRequest<RequestBody>,
     since: quanta::Instant,
 }
 
@@ -58,7 +59,7 @@ struct Idle {
 /// [`Pool::put`] once the response has been read to its end; dropped, they close.
 #[derive(Debug)]
 pub(crate) enum Lent {
-    Http1(http1::SendRequest<Incoming>),
+    Http1(http1::SendRequest<RequestBody>),
     Http2,
 }
 
@@ -84,7 +85,7 @@ impl Pool {
     /// [`Pool::put`] when its body has ended.
     pub(crate) async fn send(
         &self,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
     ) -> Result<(Response<Incoming>, Lent), SendError> {
         if self.config.http2 {
             return self.send_http2(request).await;
@@ -129,7 +130,7 @@ impl Pool {
 
     /// The most recently used idle connection that is still open, dropping those that were
     /// closed or idle too long.
-    fn take_idle(&self) -> Option<http1::SendRequest<Incoming>> {
+    fn take_idle(&self) -> Option<http1::SendRequest<RequestBody>> {
         let now = self.clock.now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         // The oldest ages out first: most are taken from the other end.
@@ -155,6 +156,11 @@ impl Pool {
         None
     }
 
+    /// Whether a TCP connection to the upstream can be made now (it is closed at once).
+    pub(crate) async fn reachable(&self) -> bool {
+        self.connect().await.is_ok()
+    }
+
     async fn connect(&self) -> Result<TokioIo<TcpStream>, SendError> {
         let connecting = TcpStream::connect(self.config.address.as_str());
         let stream = match tokio::time::timeout(self.config.connect_timeout, connecting).await {
@@ -169,7 +175,7 @@ impl Pool {
         Ok(TokioIo::new(stream))
     }
 
-    async fn connect_http1(&self) -> Result<http1::SendRequest<Incoming>, SendError> {
+    async fn connect_http1(&self) -> Result<http1::SendRequest<RequestBody>, SendError> {
         let io = self.connect().await?;
         let (sender, connection) = http1::handshake(io)
             .await
@@ -184,7 +190,7 @@ impl Pool {
 
     async fn send_http2(
         &self,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
     ) -> Result<(Response<Incoming>, Lent), SendError> {
         let (mut sender, reused) = match self.shared_http2() {
             Some(sender) => (sender, true),
@@ -218,7 +224,7 @@ impl Pool {
         }
     }
 
-    fn shared_http2(&self) -> Option<http2::SendRequest<Incoming>> {
+    fn shared_http2(&self) -> Option<http2::SendRequest<RequestBody>> {
         self.shared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -227,7 +233,7 @@ impl Pool {
             .cloned()
     }
 
-    async fn connect_http2(&self) -> Result<http2::SendRequest<Incoming>, SendError> {
+    async fn connect_http2(&self) -> Result<http2::SendRequest<RequestBody>, SendError> {
         let io = self.connect().await?;
         let (sender, connection) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())

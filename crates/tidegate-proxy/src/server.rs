@@ -7,26 +7,25 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use tidegate_tower::SharedGate;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
 
-use crate::admin;
 use crate::classify::{Classifier, DEFAULT_PARTITION};
 use crate::config::{Config, duration};
+use crate::connection::Connections;
 use crate::dashboard::Dashboard;
 use crate::error::Error;
-use crate::forward::{self, Forwarding};
-use crate::handler::{self, Shared};
+use crate::forward::Forwarding;
+use crate::handler::Shared;
 use crate::metrics::ProxyMetrics;
 use crate::pool::{Pool, PoolConfig};
 use crate::readings::GateReadings;
+use crate::trust::Peer;
 use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
+use crate::{admin, recovery};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
 #[derive(Debug)]
@@ -35,7 +34,8 @@ pub struct Proxy {
     listener: TcpListener,
     admin: TcpListener,
     drain_timeout: Duration,
-    http2: bool,
+    clients: Connections,
+    reconnect_interval: Duration,
 }
 
 /// How a [`Proxy::run`] ended.
@@ -52,6 +52,7 @@ impl Proxy {
         let classifier = Classifier::new(&config)?;
         let mut registry = Registry::default();
         let metrics = ProxyMetrics::register(&mut registry);
+        let clients = Connections::new(&config.connections, config.server.http2, &mut registry);
         let gate_config = config.effective_gate();
         let retry_after = duration(config.server.retry_after);
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
@@ -61,12 +62,6 @@ impl Proxy {
                 .name
                 .clone()
                 .unwrap_or_else(|| target.authority().to_owned());
-            if upstreams.iter().any(|u: &Upstream| u.name == name) {
-                return Err(Error::Invalid {
-                    key: "upstreams".to_owned(),
-                    reason: format!("two upstreams are named {name:?}: give them distinct names"),
-                });
-            }
             let gates = classifier
                 .partitions()
                 .iter()
@@ -122,6 +117,7 @@ impl Proxy {
             retry_after,
             config.server.on_client_gone,
             Dashboard::new(&config.dashboard),
+            config.trust.sources.clone(),
         );
         let listener = bind(config.listen, "listen")?;
         let admin = bind(config.admin, "admin")?;
@@ -130,7 +126,8 @@ impl Proxy {
             listener,
             admin,
             drain_timeout: duration(config.server.drain_timeout),
-            http2: config.server.http2,
+            clients,
+            reconnect_interval: duration(config.ejection.reconnect_interval),
         })
     }
 
@@ -163,18 +160,24 @@ impl Proxy {
             listener,
             admin,
             drain_timeout,
-            http2,
+            clients,
+            reconnect_interval,
         } = self;
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder.http1().timer(TokioTimer::new());
-        if !http2 {
-            builder = builder.http1_only();
-        }
-        let builder = Arc::new(builder);
+        let clients = Arc::new(clients);
         let graceful = GracefulShutdown::new();
         let mut connections = JoinSet::new();
         let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
-        let admin_task = tokio::spawn(admin::serve(admin, shared.clone(), admin_stopped));
+        let admin_task = tokio::spawn(admin::serve(
+            admin,
+            shared.clone(),
+            admin_stopped,
+            clients.header_read_timeout,
+        ));
+        let recovery_task = tokio::spawn(recovery::watch(
+            shared.clone(),
+            reconnect_interval,
+            admin_stop.subscribe(),
+        ));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
@@ -183,21 +186,13 @@ impl Proxy {
                 Some(_) = connections.join_next() => {}
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        let _ = stream.set_nodelay(true);
-                        let shared = shared.clone();
-                        let builder = builder.clone();
-                        let watcher = graceful.watcher();
-                        let client = forward::client_value(peer.ip());
-                        connections.spawn(async move {
-                            let service = service_fn(move |request| {
-                                handler::handle(shared.clone(), client.clone(), request)
-                            });
-                            let connection =
-                                builder.serve_connection(TokioIo::new(stream), service);
-                            // A connection error is the client's business (it went away,
-                            // or spoke something else than HTTP): nothing to do here.
-                            let _ = watcher.watch(connection).await;
-                        });
+                        let client = Peer::new(peer.ip(), &shared.trusted);
+                        connections.spawn(clients.clone().serve(
+                            stream,
+                            shared.clone(),
+                            client,
+                            graceful.watcher(),
+                        ));
                     }
                     // Out of file descriptors or a connection reset before it was accepted:
                     // wait a moment rather than spin, and carry on.
@@ -226,6 +221,7 @@ impl Proxy {
         shared.abandoned.finished().await;
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
+        let _ = recovery_task.await;
         Drained { cut }
     }
 }

@@ -65,6 +65,13 @@ impl Target {
         if authority.host().is_empty() {
             return Err(bad("the host is missing"));
         }
+        // `http` reads a port past 65535 as none, which would connect to port 80.
+        if let Some((_, port)) = authority.as_str().rsplit_once(':')
+            && !port.contains(']')
+            && !matches!(port.parse::<u16>(), Ok(1..))
+        {
+            return Err(bad(&format!("port {port} is not between 1 and 65535")));
+        }
         if authority.as_str().contains('@') {
             return Err(bad("credentials in the URL are not supported"));
         }
@@ -279,6 +286,20 @@ impl Health {
         }
     }
 
+    /// A connection to the ejected upstream succeeded ([`crate::recovery`]): the ejection
+    /// ends now, and the next request probes. False if it was no longer ejected, or a probe
+    /// is out.
+    pub(crate) fn reconnected(&self, now: u64) -> bool {
+        let until = self.ejected_until.load(Ordering::Acquire);
+        until != HEALTHY
+            && until != PROBING
+            && until > now
+            && self
+                .ejected_until
+                .compare_exchange(until, now.max(1), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
     /// A probe ended without telling anything (the client went away): the next request
     /// probes instead.
     pub(crate) fn probe_abandoned(&self, now: u64) {
@@ -437,6 +458,8 @@ mod tests {
             ("http://a:1/?q", "query"),
             ("http://u:p@a:1", "credentials"),
             ("http://a b", "invalid"),
+            ("http://a:0", "port 0 is not between 1 and 65535"),
+            ("http://a:99999", "port 99999 is not"),
         ] {
             let err = Target::parse(url).unwrap_err().to_string();
             assert!(err.contains(url) && err.contains(reason), "{url}: {err}");
@@ -448,6 +471,7 @@ mod tests {
             consecutive_failures,
             base_time: Nanos::from_millis(100),
             max_time: Nanos::from_millis(250),
+            reconnect_interval: Nanos::ZERO,
         };
         (Health::new("a", config), UpstreamMetrics::detached())
     }

@@ -8,8 +8,20 @@ use super::{Limit, Sample};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FixedConfig {
-    /// Requests allowed in flight. Default 20.
+    /// Requests allowed in flight, at least 1 (a file saying 0 is refused). Default 20.
+    #[serde(deserialize_with = "at_least_one")]
     pub limit: u32,
+}
+
+/// A limit of 0 would admit nothing; read from a file it is an error (with the key and line,
+/// which the parser adds) rather than silently run as 1.
+fn at_least_one<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    match u32::deserialize(deserializer)? {
+        0 => Err(serde::de::Error::custom(
+            "a fixed limit of 0 would admit nothing: give at least 1",
+        )),
+        limit => Ok(limit),
+    }
 }
 
 impl Default for FixedConfig {
@@ -67,5 +79,18 @@ mod tests {
             Nanos::from_secs(1),
         );
         assert_eq!(trace.max_limit(), 1);
+    }
+
+    #[test]
+    fn a_configured_limit_of_zero_is_refused_with_its_line() {
+        let err = toml::from_str::<FixedConfig>("\nlimit = 0\n")
+            .expect_err("0 is refused")
+            .to_string();
+        assert!(
+            err.contains("line 2") && err.contains("at least 1"),
+            "{err}"
+        );
+        let config: FixedConfig = toml::from_str("limit = 3").expect("valid");
+        assert_eq!(config.limit, 3);
     }
 }

@@ -483,6 +483,64 @@ pub(crate) async fn get_text(url: &str) -> (StatusCode, String) {
     )
 }
 
+/// One request, one outcome (issue 14, finding 5): the two ledgers agree for upstream `name`: the duration histogram's classes and the gate's
+/// `tidegate_requests_total` outcomes count the same requests the same way. Returns the
+/// histogram's count by class.
+pub(crate) async fn ledgers_agree(proxy: &TestProxy, name: &str) -> BTreeMap<String, f64> {
+    let metrics = proxy.metrics().await;
+    let class = |class: &str| {
+        metrics.sum(
+            "tidegate_request_duration_seconds_count",
+            &[("upstream", name), ("class", class)],
+        )
+    };
+    let outcome = |outcome: &str| {
+        metrics.sum(
+            "tidegate_requests_total",
+            &[("gate", name), ("outcome", outcome)],
+        )
+    };
+    let pairs = [
+        ("ok", class("ok"), outcome("ok")),
+        ("dropped", class("dropped"), outcome("dropped")),
+        (
+            "ignored",
+            class("ignored") + class("client_error"),
+            outcome("ignored"),
+        ),
+        (
+            "cancelled",
+            class("cancelled"),
+            outcome("cancelled_queued") + outcome("cancelled_inflight"),
+        ),
+        (
+            "shed",
+            class("shed"),
+            outcome("rejected_regulator")
+                + outcome("rejected_queue_full")
+                + outcome("rejected_no_lease")
+                + outcome("expired"),
+        ),
+    ];
+    for (what, histogram, requests) in pairs {
+        assert_eq!(
+            histogram, requests,
+            "{what}: the duration histogram and tidegate_requests_total disagree"
+        );
+    }
+    [
+        "ok",
+        "dropped",
+        "ignored",
+        "cancelled",
+        "shed",
+        "client_error",
+    ]
+    .into_iter()
+    .map(|c| (c.to_owned(), class(c)))
+    .collect()
+}
+
 /// A parsed Prometheus text exposition: every sample line must parse.
 #[derive(Debug)]
 pub(crate) struct Metrics {
