@@ -6,15 +6,11 @@
     reason = "test helpers on the repository's own files"
 )]
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn tidegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use std::path::Path;
+
+use common::tidegate;
 
 fn chain() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))

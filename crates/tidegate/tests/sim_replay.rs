@@ -7,26 +7,14 @@
     reason = "test helpers on the repository's own files"
 )]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn tidegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use std::path::{Path, PathBuf};
+
+use common::{stderr, stdout, tidegate};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tidegate-sim/tests/fixtures/nginx-access.log")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// A copy of the fixture's first `keep` lines with `bad` lines put in at the given numbers.
