@@ -61,7 +61,7 @@ use tidegate_model::client::TierShare;
 use tidegate_model::fleet::{ClientRetry, HopConfig, validate_hops};
 use tidegate_model::{ConfigError, NonNegative};
 
-use crate::scenario::ScenarioError;
+use crate::scenario::{Document, ScenarioError, load_document};
 
 /// A whole fleet scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -148,32 +148,20 @@ impl FleetArm {
     }
 }
 
+impl Document for FleetScenario {
+    fn name_mut(&mut self) -> &mut String {
+        &mut self.name
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        self.validate()
+    }
+}
+
 impl FleetScenario {
     /// Reads and checks a fleet scenario file.
     pub fn load(path: &Path) -> Result<FleetScenario, ScenarioError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        let mut scenario: FleetScenario =
-            toml::from_str(&text).map_err(|source| ScenarioError::Parse {
-                path: shown.clone(),
-                source: Box::new(source),
-            })?;
-        if scenario.name.is_empty() {
-            scenario.name = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-        }
-        scenario
-            .validate()
-            .map_err(|source| ScenarioError::Invalid {
-                path: shown,
-                source,
-            })?;
-        Ok(scenario)
+        load_document(path)
     }
 
     /// Checks what the parser cannot: relations between keys.

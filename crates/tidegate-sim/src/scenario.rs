@@ -155,48 +155,62 @@ pub enum SelectionError {
     },
 }
 
+/// A scenario document (a scenario file, a fleet scenario file): it is named after its file
+/// when it names itself not, and checked for what the parser cannot see.
+pub(crate) trait Document: serde::de::DeserializeOwned {
+    fn name_mut(&mut self) -> &mut String;
+    fn check(&self) -> Result<(), ConfigError>;
+}
+
+/// Reads, parses and checks the document at `path`; errors name the path.
+pub(crate) fn load_document<T: Document>(path: &Path) -> Result<T, ScenarioError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parse_document(&text, &stem, &shown)
+}
+
+/// Parses and checks a document; `name` is used when it has none, `shown` in errors.
+fn parse_document<T: Document>(text: &str, name: &str, shown: &str) -> Result<T, ScenarioError> {
+    let mut document: T = toml::from_str(text).map_err(|source| ScenarioError::Parse {
+        path: shown.to_owned(),
+        source: Box::new(source),
+    })?;
+    if document.name_mut().is_empty() {
+        *document.name_mut() = name.to_owned();
+    }
+    document.check().map_err(|source| ScenarioError::Invalid {
+        path: shown.to_owned(),
+        source,
+    })?;
+    Ok(document)
+}
+
+impl Document for Scenario {
+    fn name_mut(&mut self) -> &mut String {
+        &mut self.name
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        self.validate()
+    }
+}
+
 impl Scenario {
     /// Reads and checks a scenario file.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        let stem = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        Scenario::parse(&text, &stem).map_err(|e| match e {
-            ScenarioError::Parse { source, .. } => ScenarioError::Parse {
-                path: shown.clone(),
-                source,
-            },
-            ScenarioError::Invalid { source, .. } => ScenarioError::Invalid {
-                path: shown.clone(),
-                source,
-            },
-            other => other,
-        })
+        load_document(path)
     }
 
     /// Parses and checks a scenario document; `name` is used when the document has none.
     pub fn parse(text: &str, name: &str) -> Result<Scenario, ScenarioError> {
-        let mut scenario: Scenario =
-            toml::from_str(text).map_err(|source| ScenarioError::Parse {
-                path: name.to_owned(),
-                source: Box::new(source),
-            })?;
-        if scenario.name.is_empty() {
-            scenario.name = name.to_owned();
-        }
-        scenario
-            .validate()
-            .map_err(|source| ScenarioError::Invalid {
-                path: name.to_owned(),
-                source,
-            })?;
-        Ok(scenario)
+        parse_document(text, name, name)
     }
 
     /// Checks what the parser cannot: relations between keys.
