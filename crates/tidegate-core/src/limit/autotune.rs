@@ -462,9 +462,11 @@ impl Autotune {
         })
     }
 
-    /// Sets the baseline to the current smoothed rtt.
-    fn anchor(&mut self, srtt: f64) {
-        self.base = Some(Baseline::anchored(srtt, self.srtt_var));
+    /// Sets the baseline to the current smoothed rtt, if there is one.
+    fn anchor(&mut self) {
+        if let Some(srtt) = self.srtt {
+            self.base = Some(Baseline::anchored(srtt, self.srtt_var));
+        }
     }
 
     /// The latency rule, on one closed window; returns what it did.
@@ -487,7 +489,7 @@ impl Autotune {
             // against the 250 of its target: the tolerance at 20 is wide enough there.)
             match &mut self.base {
                 Some(base) => base.observe(srtt, var),
-                None if !censored => self.anchor(srtt),
+                None if !censored => self.anchor(),
                 None => {}
             }
             if let Some(shrink) = self.shrunk.take() {
@@ -645,9 +647,7 @@ impl Autotune {
             // busier). Re-anchor, as the covariance check would with a spread to see: at
             // these limits a probe of one request is under its 15%, and the baseline from
             // before the service slowed held the limit at half its knee for minutes.
-            if let Some(srtt) = self.srtt {
-                self.anchor(srtt);
-            }
+            self.anchor();
         }
         if !grew {
             // As probes for the baseline: one that found nothing spaces the next out.
@@ -715,7 +715,7 @@ impl Autotune {
         }
         if self.futile >= 2 {
             self.futile = 0;
-            self.anchor(rtt);
+            self.anchor();
         }
     }
 
@@ -762,9 +762,7 @@ impl Autotune {
                 self.idle_probes = 0;
             }
             Some(e) if shrank > grew && e > self.config.high_elasticity => {
-                if let Some(srtt) = self.srtt {
-                    self.anchor(srtt);
-                }
+                self.anchor();
                 self.idle_probes = 0;
             }
             Some(_) => {}
@@ -822,15 +820,13 @@ impl Autotune {
         // short ones, unless it lasted many times their rtt: anchored on it, the baseline
         // of an exponential 100 ms service sat 27% under its mean, and the limit under the
         // knee. (A service answering in milliseconds is anchored on its first window.)
+        let rtt = self.window_rtt();
         let censored = std::mem::take(&mut self.first_window)
-            && self
-                .window_rtt()
-                .is_some_and(|rtt| elapsed < FIRST_WINDOW_RTTS * rtt.mean);
+            && rtt.is_some_and(|rtt| elapsed < FIRST_WINDOW_RTTS * rtt.mean);
         let settling = std::mem::take(&mut self.settling);
         let fresh = std::mem::replace(&mut self.fresh, settling);
         if !settling && elapsed > 0.0 {
             self.fresh = fresh;
-            let rtt = self.window_rtt();
             let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
             let throughput = f64::from(self.successes) / elapsed;
             let in_force = self.limit.round();
