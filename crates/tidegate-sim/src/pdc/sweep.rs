@@ -18,8 +18,6 @@
 
 use std::fmt::{self, Write as _};
 use std::str::FromStr;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tidegate_core::Nanos;
 
@@ -308,38 +306,14 @@ impl Sweep {
                 error,
             })?;
         }
-        let next = AtomicUsize::new(0);
-        let results: Mutex<Vec<Option<Result<PdcReport, ConfigError>>>> =
-            Mutex::new(vec![None; points.len()]);
-        std::thread::scope(|s| {
-            for _ in 0..jobs.clamp(1, points.len().max(1)) {
-                s.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(p) = points.get(i) else { break };
-                        let r = p.run();
-                        if let Ok(mut all) = results.lock() {
-                            all[i] = Some(r);
-                        }
-                    }
-                });
-            }
-        });
-        let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
-        points
-            .iter()
-            .zip(results)
-            .map(|(p, r)| match r {
-                Some(Ok(r)) => Ok(r),
-                Some(Err(error)) => Err(SweepError::Config {
+        crate::parallel::map(&points, jobs, PdcConfig::run)
+            .into_iter()
+            .zip(&points)
+            .map(|(r, p)| {
+                r.map_err(|error| SweepError::Config {
                     point: self.describe(p),
                     error,
-                }),
-                // Only if a worker panicked, which `run` does not do.
-                None => p.run().map_err(|error| SweepError::Config {
-                    point: self.describe(p),
-                    error,
-                }),
+                })
             })
             .collect()
     }
