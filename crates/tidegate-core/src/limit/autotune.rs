@@ -22,6 +22,12 @@ const RING: usize = 10;
 /// noise of a window.
 const JUDGED_STEP: f64 = 0.1;
 
+/// Standard errors by which a trial's throughput must fall short of following inflight to
+/// be futile (see [`Autotune::judge_trial`]): judged on the point estimate, an exponential
+/// service's noise at a few dozen answers a second failed trials below its knee and walked
+/// the limit down to half of it.
+const TRIAL_EVIDENCE: f64 = 3.0;
+
 /// Least length of each side of a trial: a whole period of a service that
 /// counts its requests per second (leases, rate limits), which 500 ms windows would see
 /// alternately in its fast and its slow half.
@@ -163,6 +169,10 @@ struct Span {
     successes: u32,
     samples: u32,
     inflight_sum: u64,
+    /// Sum of the successes' rtts, in seconds.
+    rtt: f64,
+    /// Sum of their squares, in seconds squared.
+    rtt_sq: f64,
 }
 
 impl Span {
@@ -172,6 +182,8 @@ impl Span {
         self.successes += other.successes;
         self.samples += other.samples;
         self.inflight_sum += other.inflight_sum;
+        self.rtt += other.rtt;
+        self.rtt_sq += other.rtt_sq;
     }
 
     /// Long enough to judge by: two windows and [`JUDGED_SPAN`].
@@ -185,6 +197,24 @@ impl Span {
 
     fn inflight(&self) -> f64 {
         self.inflight_sum as f64 / f64::from(self.samples.max(1))
+    }
+
+    /// Standard error of `ln(throughput of b / throughput of a)`, the gain of a trial. The
+    /// answers of a service kept busy are a renewal process: over `n` of them the count's
+    /// variance is about `n x cv^2`, `cv` the coefficient of variation of their times (here
+    /// of both spans' rtts together). So a Poisson-like exponential service (`cv` 1) needs
+    /// hundreds of answers on each side to tell a step of one request in seven from noise,
+    /// and a service of constant work (`cv` near 0) tells it from a few dozen.
+    fn gain_noise(a: &Span, b: &Span) -> f64 {
+        let n = f64::from(a.successes + b.successes);
+        if n < 2.0 {
+            return f64::INFINITY;
+        }
+        let mean = (a.rtt + b.rtt) / n;
+        let variance = ((a.rtt_sq + b.rtt_sq) / n - mean * mean).max(0.0);
+        let cv2 = variance / (mean * mean).max(f64::MIN_POSITIVE);
+        let counts = 1.0 / f64::from(a.successes.max(1)) + 1.0 / f64::from(b.successes.max(1));
+        (cv2 * counts).sqrt()
     }
 }
 
@@ -299,10 +329,12 @@ enum Move {
 /// by 14% for nothing. So such a step is a trial, judged over a whole span (two windows
 /// and at least 1 s, a whole period of a service that counts per second) on each side:
 /// if the higher limit's mean inflight exceeds the lower's by 5% and throughput rose with
-/// an elasticity under `low_elasticity`, the higher limit bought a queue, not service. A
-/// growth is then undone, a probe (one request less, in place of the 3/4 probe) kept and
-/// followed by the next one, and the higher level is retried as one that drew drops is,
-/// after 80 windows asking to grow, then 160. A step whose throughput moved with an
+/// an elasticity under `low_elasticity` and short of following inflight by more than three
+/// standard errors of its noise (see `Span::gain_noise`), the higher limit bought a queue,
+/// not service. A growth is then undone, a probe (one request less, in place of the 3/4
+/// probe) kept and followed by the next one, and the higher level is retried as one that
+/// drew drops is, after 80 windows asking to grow, then 160 (after 10 for a growth above
+/// 10 that latency sent back). A step whose throughput moved with an
 /// elasticity above `high_elasticity` was below the knee: the baseline is re-anchored, as
 /// the covariance check would, which cannot see a one-request step (under its 15%).
 ///
@@ -622,7 +654,8 @@ impl Autotune {
     /// at the lower of its two limits. By Little's law, more requests in flight at the
     /// same throughput are a queue: if the mean inflight at the higher limit exceeds the
     /// lower's by more than half of [`JUDGED_STEP`] and throughput rose with an elasticity
-    /// under `low_elasticity`, the higher limit buys latency, not service. A growth is then
+    /// under `low_elasticity`, by [`TRIAL_EVIDENCE`] standard errors less than inflight
+    /// would have given, the higher limit buys latency, not service. A growth is then
     /// undone and a probe kept, and the higher level is remembered as one that drew drops
     /// is (retried after 80 windows, then 160; see `remember_level`). The latency rule
     /// cannot see this at small limits, where its tolerance is widest: from 1 to 2 on
@@ -638,9 +671,13 @@ impl Autotune {
             (&trial.after, &trial.before)
         };
         let inflight = higher.inflight() / lower.inflight().max(f64::MIN_POSITIVE);
-        let elasticity = (higher.throughput() / lower.throughput()).ln() / inflight.ln();
+        let gain = (higher.throughput() / lower.throughput()).ln();
+        let elasticity = gain / inflight.ln();
         let told = inflight >= 1.0 + JUDGED_STEP / 2.0 && !elasticity.is_nan();
-        let futile = told && elasticity < self.config.low_elasticity;
+        // Futile only if throughput fell short of following inflight by more than its noise.
+        let futile = told
+            && elasticity < self.config.low_elasticity
+            && gain < inflight.ln() - TRIAL_EVIDENCE * Span::gain_noise(lower, higher);
         if told && elasticity > self.config.high_elasticity {
             // The step bought throughput in proportion: below the knee, where whatever rtt
             // the latency rule reads as a queue is the service's own (it got slower, not
@@ -675,18 +712,24 @@ impl Autotune {
     }
 
     /// A level that failed a trial is tried again as one that drew drops is: after
-    /// `RING << retries` windows asking to grow, at least 80 (`RING << 3`). A trial is
-    /// only started where one request is a large step, and there a retry is dear: on
+    /// `RING << retries` windows asking to grow, and at least 80 (`RING << 3`) where one
+    /// request is a large step of the level below it (10 or less). There a retry is dear: on
     /// RSocket's service it holds a server at twice its concurrency for a whole span, past
     /// the curve's knee (p99 90-180 ms in those seconds against 19 ms); in the capacity
     /// demo, 8 for 7 workers costs the queued callers their timeout. Waiting 20 windows,
     /// those retries were a third of RSocket's steady seconds above 19 ms and most of what
     /// the capacity demo lost in its steady state (capacity-adaptive seed 5: 3.26 ok/s;
-    /// 3.34 waiting 80).
+    /// 3.34 waiting 80). Above, a failed trial is a growth of a tenth that latency sent
+    /// back: retrying it costs a window of a small queue, and waiting 80 windows held a
+    /// Pareto service at 18 of its 30 workers for 40 s after its capacity came back.
     fn remember_level(&mut self, level: f64) {
         let retried = std::mem::take(&mut self.retried);
-        self.retries =
-            (self.retries + u32::from(retried)).clamp(FIRST_RETRY_DOUBLINGS, MAX_DOUBLINGS);
+        let first = if one_request_is_judged(level - 1.0) {
+            FIRST_RETRY_DOUBLINGS
+        } else {
+            0
+        };
+        self.retries = (self.retries + u32::from(retried)).clamp(first, MAX_DOUBLINGS);
         self.drop_level = Some(level);
         self.clean = 0;
         self.held = 0;
@@ -836,6 +879,8 @@ impl Autotune {
                 successes: self.successes,
                 samples: self.samples,
                 inflight_sum: self.inflight_sum,
+                rtt: self.success_rtt.as_secs_f64(),
+                rtt_sq: self.success_rtt_sq,
             };
             self.span.add(&window);
             let mut judged = None;
@@ -1793,6 +1838,61 @@ mod tests {
             .limits
         };
         assert_eq!(walk(), walk());
+    }
+
+    /// A span of `n` answers over 1 s at a mean inflight of `inflight`, their rtts with a
+    /// mean of 100 ms and a coefficient of variation of `cv`.
+    fn span(n: u32, inflight: u64, cv: f64) -> Span {
+        let (mean, n_f) = (0.1, f64::from(n));
+        Span {
+            windows: 2,
+            seconds: 1.0,
+            successes: n,
+            samples: n,
+            inflight_sum: inflight * u64::from(n),
+            rtt: n_f * mean,
+            rtt_sq: n_f * mean * mean * (1.0 + cv * cv),
+        }
+    }
+
+    #[test]
+    fn a_trial_fails_only_by_more_than_the_noise_of_its_answers() {
+        // 6 -> 7 in flight for 61 answers against 60: no gain, as at a knee of 6; or the
+        // counting noise of an exponential service (cv 1), whose count over 60 answers
+        // moves by 13% by chance, as much as the step should buy.
+        let judge = |cv: f64| {
+            let mut a = past_slow_start(7);
+            let trial = Trial {
+                from: 6.0,
+                to: 7.0,
+                before: span(60, 6, cv),
+                after: span(61, 7, cv),
+            };
+            (a.judge_trial(&trial), a.limit)
+        };
+        assert_eq!(
+            judge(1.0),
+            (false, 7.0),
+            "within the noise: the growth is kept"
+        );
+        assert_eq!(
+            judge(0.05),
+            (true, 6.0),
+            "a steady service: the growth bought nothing"
+        );
+    }
+
+    #[test]
+    fn a_growth_of_a_tenth_sent_back_is_retried_after_a_ring_and_a_small_one_after_eight() {
+        let mut a = past_slow_start(18);
+        a.remember_level(20.0);
+        assert_eq!((a.drop_level, a.retries), (Some(20.0), 0));
+        let mut a = past_slow_start(7);
+        a.remember_level(8.0);
+        assert_eq!(
+            (a.drop_level, a.retries),
+            (Some(8.0), FIRST_RETRY_DOUBLINGS)
+        );
     }
 
     #[test]
