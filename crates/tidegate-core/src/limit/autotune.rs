@@ -862,15 +862,22 @@ impl Autotune {
         // The first window's answers are those of the requests that finished first, the
         // short ones, unless it lasted many times their rtt: anchored on it, the baseline
         // of an exponential 100 ms service sat 27% under its mean, and the limit under the
-        // knee. (A service answering in milliseconds is anchored on its first window.)
+        // knee. (A service answering in milliseconds is anchored on its first window.) Nor
+        // if its requests stayed in flight far longer than its answers took: by Little's
+        // law its mean inflight is its rate times their time in the service, so more than
+        // twice what its answers' rtt gives (and a request) means longer ones still run, as
+        // the slow tenth of a cached service does through a first window of only fast ones.
         let rtt = self.window_rtt();
+        let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
+        let rate = f64::from(self.samples) / elapsed.max(f64::MIN_POSITIVE);
         let censored = std::mem::take(&mut self.first_window)
-            && rtt.is_some_and(|rtt| elapsed < FIRST_WINDOW_RTTS * rtt.mean);
+            && rtt.is_some_and(|rtt| {
+                elapsed < FIRST_WINDOW_RTTS * rtt.mean || inflight > 2.0 * rate * rtt.mean + 1.0
+            });
         let settling = std::mem::take(&mut self.settling);
         let fresh = std::mem::replace(&mut self.fresh, settling);
         if !settling && elapsed > 0.0 {
             self.fresh = fresh;
-            let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
             let throughput = f64::from(self.successes) / elapsed;
             let in_force = self.limit.round();
             let window = Span {
@@ -1345,17 +1352,25 @@ mod tests {
         }
         let base = a.base.map(|b| b.value).expect("set by the second window");
         assert!((base - 0.085).abs() < 0.001, "{base}");
-        // A first window many of its answers long (2 ms answers) is not censored.
-        let mut fast = Autotune::new(&config(20));
-        fast.on_sample(&Sample {
-            now: Time::ZERO,
-            rtt: Nanos::from_millis(2),
-            inflight: 10,
-            outcome: ok,
-        });
-        window(&mut fast, Time::ZERO, 20, Nanos::from_millis(2), ok);
-        let base = fast.base.map(|b| b.value).expect("set by the first window");
+        // A first window many of its answers long (2 ms answers, one in flight at a time)
+        // is not censored.
+        let first = |inflight: u32| {
+            let mut a = Autotune::new(&config(20));
+            for i in 0..=20 {
+                a.on_sample(&Sample {
+                    now: Time::ZERO + Nanos::from_millis(25 * i),
+                    rtt: Nanos::from_millis(2),
+                    inflight,
+                    outcome: ok,
+                });
+            }
+            a.base.map(|b| b.value)
+        };
+        let base = first(1).expect("set by the first window");
         assert!((base - 0.002).abs() < 1e-9, "{base}");
+        // The same answers with 10 in flight at every admission: by Little's law, requests
+        // of about 250 ms are still running (a cache's slow tenth): censored.
+        assert_eq!(first(10), None);
     }
 
     #[test]
