@@ -177,6 +177,7 @@ fn status(shared: &Shared) -> Value {
                         "cutoff_rank": s.regulator.cutoff_rank,
                         "overloaded": s.regulator.overloaded,
                         "burst": s.regulator.burst,
+                        "would_shed": crate::dry_run::status(&slot.would_shed),
                         "requests": {
                             "arrived": c.arrived,
                             "ok": c.completed_ok,
@@ -195,6 +196,7 @@ fn status(shared: &Shared) -> Value {
             json!({
                 "name": upstream.name,
                 "url": upstream.url,
+                "mode": if upstream.dry_run.load(Ordering::Relaxed) { "dry-run" } else { "enforce" },
                 "ejected": upstream.health.is_ejected(),
                 "ejected_for_seconds": upstream.health.ejected_for(now).map(|n| n.as_secs_f64()),
                 "consecutive_failures": upstream.health.failures(),

@@ -39,6 +39,7 @@ use tokio::sync::watch;
 use crate::classify::Classifier;
 use crate::config::OnClientGone;
 use crate::dashboard::Dashboard;
+use crate::dry_run;
 use crate::forward::{self, Forwarding};
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
@@ -191,6 +192,10 @@ pub(crate) async fn handle(
     };
     let mut completion = Completion::new(shared.clone(), pick, class.partition, arrived);
     let upstream = &shared.upstreams.list[pick.upstream];
+    if upstream.dry_run.load(Ordering::Relaxed) {
+        completion.shadow = dry_run::judge(upstream, class.partition, class.priority, arrived);
+        return Ok(send(&shared, client, request, class.priority, completion).await);
+    }
     if let Some(rank) = upstream.cutoff.refuses(arrived, class.priority) {
         // The upstream said it refuses this priority for now: shed it here, before any
         // work is spent on it (docs/feedback.md).
@@ -215,6 +220,19 @@ pub(crate) async fn handle(
         }
     };
     completion.permit = Some(permit);
+    Ok(send(&shared, client, request, class.priority, completion).await)
+}
+
+/// Forwards an admitted request (or, in dry run, any request) and answers with what the
+/// upstream answered.
+async fn send(
+    shared: &Arc<Shared>,
+    client: Peer,
+    request: Request<Incoming>,
+    priority: tidegate_core::Priority,
+    mut completion: Completion,
+) -> Response<ResponseBody> {
+    let upstream = &shared.upstreams.list[completion.pick.upstream];
     completion.admitted = shared.now();
 
     let (mut parts, body) = request.into_parts();
@@ -227,7 +245,7 @@ pub(crate) async fn handle(
         parts.uri.authority(),
         &client.address,
         upstream.target.host(),
-        class.priority,
+        priority,
     );
     let http2 = shared.forwarding.upstream_version == http::Version::HTTP_2;
     parts.uri = match upstream.target.uri(parts.uri, http2) {
@@ -236,14 +254,18 @@ pub(crate) async fn handle(
         // (`OPTIONS *`) gets here: the client's fault, not the upstream's.
         Err(_) => {
             completion.finish(Class::Ignored, Some(Outcome::Ignored));
-            return Ok(empty(StatusCode::BAD_REQUEST));
+            return empty(StatusCode::BAD_REQUEST);
         }
     };
     parts.version = shared.forwarding.upstream_version;
     let (body, body_state) = RequestBody::new(body);
     completion.body = body_state;
-    let exchange = exchange(&shared, pick.upstream, Request::from_parts(parts, body));
-    Ok(AtUpstream::new(exchange, completion).answer().await)
+    let exchange = exchange(
+        shared,
+        completion.pick.upstream,
+        Request::from_parts(parts, body),
+    );
+    AtUpstream::new(exchange, completion).answer().await
 }
 
 /// Removes what an untrusted client claims for itself: its priority (the one in force is
@@ -385,6 +407,8 @@ pub(crate) struct Completion {
     partition: usize,
     arrived: u64,
     permit: Option<Permit>,
+    /// In dry run, instead of the permit.
+    shadow: Option<dry_run::Shadow>,
     /// When the request left the gate (0 before).
     admitted: u64,
     /// When the client went away while the upstream had the request.
@@ -404,6 +428,7 @@ impl Completion {
             partition,
             arrived,
             permit: None,
+            shadow: None,
             admitted: 0,
             client_left: None,
             body: BodyState::default(),
@@ -552,6 +577,9 @@ impl Completion {
         self.finished = true;
         if let Some(permit) = self.permit.take() {
             permit.release(outcome);
+        }
+        if let Some(shadow) = self.shadow.take() {
+            shadow.release(outcome);
         }
         let now = self.shared.now();
         // A client that went away is timed to when it left.

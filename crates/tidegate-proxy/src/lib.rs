@@ -35,6 +35,7 @@ pub mod config;
 mod connection;
 mod cutoff;
 mod dashboard;
+mod dry_run;
 mod error;
 mod forward;
 mod handler;
@@ -52,6 +53,7 @@ mod trust;
 mod upstream;
 
 pub use config::{Config, DEFAULT_CONFIG, UpstreamConfig};
+pub use dry_run::Mode;
 pub use error::Error;
 pub use handler::ERROR_HEADER;
 pub use readings::{GateReading, GateReadings};

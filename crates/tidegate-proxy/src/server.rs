@@ -91,9 +91,17 @@ impl Proxy {
                 gates,
                 health: Health::new(&name, config.ejection.clone()),
                 cutoff: Default::default(),
+                dry_run: (config.mode_of(upstream) == crate::Mode::DryRun).into(),
                 name,
             });
         }
+        registry.register_collector(Box::new(crate::dry_run::Collector::new(
+            upstreams
+                .iter()
+                .flat_map(|u| &u.gates)
+                .map(|slot| (slot.name.clone(), slot.would_shed.clone()))
+                .collect(),
+        )));
         let forwarding = Forwarding::new(
             config
                 .priority

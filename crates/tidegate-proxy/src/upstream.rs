@@ -134,6 +134,8 @@ pub(crate) struct GateSlot {
     /// The gate's name in metrics and `/status`.
     pub(crate) name: String,
     pub(crate) outstanding: AtomicU32,
+    /// What the gate would have shed while its upstream runs in dry run.
+    pub(crate) would_shed: std::sync::Arc<crate::dry_run::WouldShed>,
 }
 
 impl GateSlot {
@@ -142,6 +144,7 @@ impl GateSlot {
             gate,
             name,
             outstanding: AtomicU32::new(0),
+            would_shed: Default::default(),
         }
     }
 
@@ -169,6 +172,8 @@ pub(crate) struct Upstream {
     pub(crate) metrics: UpstreamMetrics,
     /// What the upstream last said it refuses (`tidegate-cutoff`).
     pub(crate) cutoff: crate::cutoff::UpstreamCutoff,
+    /// `mode = "dry-run"` ([`crate::dry_run`]); a reload may change it.
+    pub(crate) dry_run: std::sync::atomic::AtomicBool,
 }
 
 /// Whether an upstream may be sent requests.

@@ -359,6 +359,7 @@ pub(crate) fn config(upstreams: &[&Origin]) -> Config {
         .map(|origin| UpstreamConfig {
             url: origin.url(),
             name: Some(origin.name().to_owned()),
+            mode: None,
         })
         .collect();
     config
