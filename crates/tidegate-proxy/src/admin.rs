@@ -1,7 +1,9 @@
 //! The admin listener, on its own port so that it stays reachable (and private) whatever the
 //! traffic does: `/metrics` (Prometheus text), `/status` (JSON of every gate), `/healthz` (the
 //! process answers), `/readyz` (it accepts traffic: not draining, and some upstream not
-//! ejected), and `/dashboard` with its data (see [`crate::dashboard`]).
+//! ejected), `/dashboard` with its data (see [`crate::dashboard`]), and `POST /reload` (see
+//! [`crate::reload`]). The listener is on loopback unless configured otherwise: `/reload`
+//! changes what the proxy runs, so whoever reaches it must be trusted.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -58,6 +60,9 @@ pub(crate) async fn serve(
 }
 
 fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if request.uri().path() == "/reload" {
+        return crate::reload::respond(shared, request.method());
+    }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".to_owned());
     }
@@ -124,7 +129,13 @@ fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<B
         "/readyz" => {
             if shared.draining.load(Ordering::Acquire) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_owned())
-            } else if shared.upstreams.list.iter().all(|u| u.health.is_ejected()) {
+            } else if shared
+                .upstreams
+                .load()
+                .list
+                .iter()
+                .all(|u| u.health.is_ejected())
+            {
                 text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "every upstream is ejected\n".to_owned(),
@@ -135,7 +146,8 @@ fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<B
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics, /status, /dashboard, /healthz or /readyz\n".to_owned(),
+            "not found: try /metrics, /status, /dashboard, /healthz, /readyz or POST /reload\n"
+                .to_owned(),
         ),
     }
 }
@@ -151,6 +163,7 @@ fn status(shared: &Shared) -> Value {
     let now = shared.now();
     let upstreams: Vec<Value> = shared
         .upstreams
+        .load()
         .list
         .iter()
         .map(|upstream| {
@@ -207,6 +220,7 @@ fn status(shared: &Shared) -> Value {
     json!({
         "draining": shared.draining.load(Ordering::Acquire),
         "dashboard": shared.dashboard.status(),
+        "reload": shared.reload.status(),
         "upstreams": upstreams,
     })
 }

@@ -277,7 +277,8 @@ pub(crate) fn data(shared: &Shared, query: Option<&str>) -> Result<String, Strin
         let history = dashboard.history();
         (history.latest(), history.capacity, history.since(since))
     };
-    let gates: Vec<&str> = shared.upstreams.gates().map(|g| g.name.as_str()).collect();
+    let upstreams = shared.upstreams.load();
+    let gates: Vec<&str> = upstreams.gates().map(|g| g.name.as_str()).collect();
     let answer = serde_json::json!({
         "instance": dashboard.instance,
         "seq": latest,
@@ -326,7 +327,7 @@ impl Reading {
         let mut tiers = [TierCounters::default(); TIERS as usize];
         let mut gates = Vec::new();
         let mut would_shed = [[0; Reason::ALL.len()]; TIERS as usize];
-        for slot in shared.upstreams.gates() {
+        for slot in shared.upstreams.load().gates() {
             for (tier, counts) in would_shed.iter_mut().enumerate() {
                 for (count, reason) in counts.iter_mut().zip(Reason::ALL) {
                     *count += slot.would_shed.get(tier, reason);

@@ -242,49 +242,37 @@ pub(crate) fn status(would_shed: &WouldShed) -> serde_json::Value {
     })
 }
 
-/// `tidegate_would_shed_total{gate, tier, reason}` for a set of gates, read when scraped.
-#[derive(Debug)]
-pub(crate) struct Collector {
-    gates: Vec<(String, Arc<WouldShed>)>,
-}
-
-impl Collector {
-    pub(crate) fn new(gates: Vec<(String, Arc<WouldShed>)>) -> Collector {
-        Collector { gates }
-    }
-}
-
 const TIER_NAMES: [&str; TIERS as usize] = ["0", "1", "2", "3", "4", "5"];
 
-impl prometheus_client::collector::Collector for Collector {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric as _;
-        let mut family = encoder.encode_descriptor(
-            "tidegate_would_shed",
-            "Requests a gate in dry run would have shed (and forwarded), by tier and reason.",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        for (gate, would_shed) in &self.gates {
-            for (tier, tier_name) in TIER_NAMES.iter().enumerate() {
-                for reason in Reason::ALL {
-                    let labels = [
-                        ("gate", gate.as_str()),
-                        ("tier", tier_name),
-                        ("reason", reason.as_str()),
-                    ];
-                    prometheus_client::metrics::counter::ConstCounter::new(
-                        would_shed.get(tier, reason),
-                    )
-                    .encode(family.encode_family(&labels)?)?;
-                }
+/// `tidegate_would_shed_total{gate, tier, reason}` for `gates`, read as they are scraped.
+pub(crate) fn encode<'a>(
+    encoder: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
+    gates: impl Iterator<Item = &'a GateSlot>,
+) -> Result<(), std::fmt::Error> {
+    use prometheus_client::encoding::EncodeMetric as _;
+    let mut family = encoder.encode_descriptor(
+        "tidegate_would_shed",
+        "Requests a gate in dry run would have shed (and forwarded), by tier and reason.",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for slot in gates {
+        let (gate, would_shed) = (&slot.name, &slot.would_shed);
+        for (tier, tier_name) in TIER_NAMES.iter().enumerate() {
+            for reason in Reason::ALL {
+                let labels = [
+                    ("gate", gate.as_str()),
+                    ("tier", tier_name),
+                    ("reason", reason.as_str()),
+                ];
+                prometheus_client::metrics::counter::ConstCounter::new(
+                    would_shed.get(tier, reason),
+                )
+                .encode(family.encode_family(&labels)?)?;
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]
