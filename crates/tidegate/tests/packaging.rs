@@ -5,14 +5,9 @@
     reason = "test helpers: a failure is the test's failure"
 )]
 
-use std::process::{Command, Output};
+mod common;
 
-fn tidegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use common::tidegate;
 
 /// The top-level commands, as `tidegate --help` lists them.
 const COMMANDS: [&str; 8] = [
