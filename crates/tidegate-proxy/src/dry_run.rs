@@ -19,8 +19,8 @@
 //! in-flight count past the limit, every later arrival would queue or be shed behind it, and
 //! the dry run would report far more than enforcing would shed. The upstream still serves
 //! every request, so under overload it is slower than it would be behind an enforcing gate,
-//! and the limit learns from that: the dry run's "would shed" is an upper bound of what
-//! enforcing sheds (docs/proxy.md, "Dry run").
+//! and the limit learns from that: under overload the dry run's "would shed" tends to be
+//! above what enforcing would shed (docs/proxy.md, "Dry run").
 
 use std::future::Future;
 use std::pin::Pin;
