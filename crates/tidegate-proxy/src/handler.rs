@@ -308,17 +308,13 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// The upstream's response headers, or the kind of failure, within `client.timeout`.
 type Exchange = Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lent), ErrorKind>> + Send>>;
 
-/// Sends `request` to `upstream`. Owned (boxed, holding its own `Shared`) so that it can
-/// outlive the client's connection: see [`AtUpstream`].
-fn exchange(
-    shared: &Arc<Shared>,
-    upstream: Arc<Upstream>,
-    request: Request<RequestBody>,
-) -> Exchange {
-    let shared = shared.clone();
+/// Sends `request` to `upstream`. Owned (boxed, holding its upstream) so that it can outlive
+/// the client's connection: see [`AtUpstream`].
+fn exchange(shared: &Shared, upstream: Arc<Upstream>, request: Request<RequestBody>) -> Exchange {
+    let timeout = shared.timeout;
     Box::pin(async move {
         let sent = upstream.pool.send(request);
-        match tokio::time::timeout(shared.timeout, sent).await {
+        match tokio::time::timeout(timeout, sent).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(error)) => Err(error.kind),
             Err(_elapsed) => Err(ErrorKind::Timeout),
