@@ -1,7 +1,9 @@
 //! The admin listener, on its own port so that it stays reachable (and private) whatever the
 //! traffic does: `/metrics` (Prometheus text), `/status` (JSON of every gate), `/healthz` (the
 //! process answers), `/readyz` (it accepts traffic: not draining, and some upstream not
-//! ejected), and `/dashboard` with its data (see [`crate::dashboard`]).
+//! ejected), `/dashboard` with its data (see [`crate::dashboard`]), and `POST /reload` (see
+//! [`crate::reload`]). The listener is on loopback unless configured otherwise: `/reload`
+//! changes what the proxy runs, so whoever reaches it must be trusted.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -58,6 +60,9 @@ pub(crate) async fn serve(
 }
 
 fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if request.uri().path() == "/reload" {
+        return crate::reload::respond(shared, request.method());
+    }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".to_owned());
     }
@@ -124,7 +129,13 @@ fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<B
         "/readyz" => {
             if shared.draining.load(Ordering::Acquire) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_owned())
-            } else if shared.upstreams.list.iter().all(|u| u.health.is_ejected()) {
+            } else if shared
+                .upstreams
+                .load()
+                .list
+                .iter()
+                .all(|u| u.health.is_ejected())
+            {
                 text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "every upstream is ejected\n".to_owned(),
@@ -135,7 +146,8 @@ fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<B
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics, /status, /dashboard, /healthz or /readyz\n".to_owned(),
+            "not found: try /metrics, /status, /dashboard, /healthz, /readyz or POST /reload\n"
+                .to_owned(),
         ),
     }
 }
@@ -151,6 +163,7 @@ fn status(shared: &Shared) -> Value {
     let now = shared.now();
     let upstreams: Vec<Value> = shared
         .upstreams
+        .load()
         .list
         .iter()
         .map(|upstream| {
@@ -177,6 +190,7 @@ fn status(shared: &Shared) -> Value {
                         "cutoff_rank": s.regulator.cutoff_rank,
                         "overloaded": s.regulator.overloaded,
                         "burst": s.regulator.burst,
+                        "would_shed": crate::dry_run::status(&slot.would_shed),
                         "requests": {
                             "arrived": c.arrived,
                             "ok": c.completed_ok,
@@ -195,6 +209,7 @@ fn status(shared: &Shared) -> Value {
             json!({
                 "name": upstream.name,
                 "url": upstream.url,
+                "mode": if upstream.dry_run.load(Ordering::Relaxed) { "dry-run" } else { "enforce" },
                 "ejected": upstream.health.is_ejected(),
                 "ejected_for_seconds": upstream.health.ejected_for(now).map(|n| n.as_secs_f64()),
                 "consecutive_failures": upstream.health.failures(),
@@ -205,6 +220,7 @@ fn status(shared: &Shared) -> Value {
     json!({
         "draining": shared.draining.load(Ordering::Acquire),
         "dashboard": shared.dashboard.status(),
+        "reload": shared.reload.status(),
         "upstreams": upstreams,
     })
 }

@@ -18,6 +18,7 @@ use tidegate_core::{Nanos, Priority};
 
 use crate::checks;
 pub use crate::connection::ConnectionsConfig;
+use crate::dry_run::Mode;
 use crate::error::Error;
 use crate::trust::Cidr;
 
@@ -36,6 +37,9 @@ pub struct Config {
     /// The services behind the proxy, each with its own name.
     #[serde(deserialize_with = "checks::upstreams")]
     pub upstreams: Vec<UpstreamConfig>,
+    /// `enforce` sheds; `dry-run` forwards everything and counts what it would have shed
+    /// (each upstream's `mode` overrides it).
+    pub mode: Mode,
     pub client: ClientConfig,
     pub server: ServerConfig,
     /// Bounds on client connections: how many, how slow, how large.
@@ -59,6 +63,7 @@ impl Default for Config {
             admin: SocketAddr::from(([127, 0, 0, 1], 9090)),
             threads: 0,
             upstreams: Vec::new(),
+            mode: Mode::Enforce,
             client: ClientConfig::default(),
             server: ServerConfig::default(),
             connections: ConnectionsConfig::default(),
@@ -82,6 +87,9 @@ pub struct UpstreamConfig {
     /// The name in metrics and `/status`; the URL's `host:port` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// This upstream's mode, when it differs from the proxy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
 }
 
 impl UpstreamConfig {
@@ -89,6 +97,7 @@ impl UpstreamConfig {
         UpstreamConfig {
             url: url.into(),
             name: None,
+            mode: None,
         }
     }
 }
@@ -449,6 +458,13 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The mode `upstream` runs in: its own, else the proxy's.
+    pub fn mode_of(&self, upstream: &UpstreamConfig) -> Mode {
+        upstream.mode.unwrap_or(self.mode)
+    }
+}
+
 /// A header name from the configuration; `None` for the empty string (the feature is off).
 pub(crate) fn header_name(key: &str, value: &str) -> Result<Option<HeaderName>, Error> {
     if value.is_empty() {
@@ -528,6 +544,7 @@ mod tests {
         example.upstreams.push(UpstreamConfig {
             url: "http://127.0.0.1:3000".to_owned(),
             name: Some("a".to_owned()),
+            mode: Some(Mode::DryRun),
         });
         example.routes.push(Route {
             prefix: "/".to_owned(),

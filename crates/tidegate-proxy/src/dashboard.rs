@@ -25,6 +25,7 @@ use tidegate_core::priority::TIERS;
 use tokio::sync::watch;
 
 use crate::config::{DashboardConfig, duration};
+use crate::dry_run::Reason;
 use crate::handler::Shared;
 
 /// The page, served as is: HTML, CSS and JavaScript in one file, charts drawn on canvases.
@@ -156,6 +157,9 @@ pub(crate) struct Point {
     pub(crate) rejected: Rejected,
     /// Rejected or expired, by tier (0 most important).
     pub(crate) rejected_by_tier: [f64; TIERS as usize],
+    /// What the gates in dry run would have shed and forwarded instead, by tier; their
+    /// gates' decisions are in it and not in `rejected` ([`crate::dry_run`]).
+    pub(crate) would_shed_by_tier: [f64; TIERS as usize],
     /// p50 and p99 in milliseconds, from arrival to the response's last byte, of the requests
     /// the upstream answered.
     pub(crate) e2e_ms: Option<[f64; 2]>,
@@ -273,7 +277,8 @@ pub(crate) fn data(shared: &Shared, query: Option<&str>) -> Result<String, Strin
         let history = dashboard.history();
         (history.latest(), history.capacity, history.since(since))
     };
-    let gates: Vec<&str> = shared.upstreams.gates().map(|g| g.name.as_str()).collect();
+    let upstreams = shared.upstreams.load();
+    let gates: Vec<&str> = upstreams.gates().map(|g| g.name.as_str()).collect();
     let answer = serde_json::json!({
         "instance": dashboard.instance,
         "seq": latest,
@@ -310,6 +315,8 @@ fn parse_since(query: Option<&str>) -> Result<u64, String> {
 struct Reading {
     at: u64,
     tiers: [TierCounters; TIERS as usize],
+    /// Would-shed counts by tier, by reason (in [`Reason::ALL`]'s order).
+    would_shed: [[u64; Reason::ALL.len()]; TIERS as usize],
     gates: Vec<GatePoint>,
     e2e: Vec<u64>,
     upstream: Vec<u64>,
@@ -319,7 +326,13 @@ impl Reading {
     fn take(shared: &Shared) -> Reading {
         let mut tiers = [TierCounters::default(); TIERS as usize];
         let mut gates = Vec::new();
-        for slot in shared.upstreams.gates() {
+        let mut would_shed = [[0; Reason::ALL.len()]; TIERS as usize];
+        for slot in shared.upstreams.load().gates() {
+            for (tier, counts) in would_shed.iter_mut().enumerate() {
+                for (count, reason) in counts.iter_mut().zip(Reason::ALL) {
+                    *count += slot.would_shed.get(tier, reason);
+                }
+            }
             let s = slot.gate.snapshot();
             for (sum, tier) in tiers.iter_mut().zip(&s.counters.tiers) {
                 add(sum, tier);
@@ -338,6 +351,7 @@ impl Reading {
         Reading {
             at: shared.now(),
             tiers,
+            would_shed,
             gates,
             e2e: shared.dashboard.e2e.read(),
             upstream: shared.dashboard.upstream.read(),
@@ -352,14 +366,27 @@ impl Reading {
             let then: u64 = before.tiers.iter().map(read).sum();
             now.saturating_sub(then) as f64 / seconds
         };
+        // What the dry-run gates decided to shed, by reason: out of the rejections, which
+        // were not.
+        let would = |reason: Reason| {
+            let now: u64 = self.would_shed.iter().map(|t| t[reason.index()]).sum();
+            let then: u64 = before.would_shed.iter().map(|t| t[reason.index()]).sum();
+            now.saturating_sub(then) as f64 / seconds
+        };
+        let real = |read: fn(&TierCounters) -> u64, reason| (rate(read) - would(reason)).max(0.0);
         let mut rejected_by_tier = [0.0; TIERS as usize];
-        for ((out, now), then) in rejected_by_tier
-            .iter_mut()
-            .zip(&self.tiers)
-            .zip(&before.tiers)
-        {
+        let mut would_shed_by_tier = [0.0; TIERS as usize];
+        for tier in 0..TIERS as usize {
+            let (now, then) = (&self.would_shed[tier], &before.would_shed[tier]);
+            let since = |reason: Reason| now[reason.index()].saturating_sub(then[reason.index()]);
+            let would_all: u64 = Reason::ALL.into_iter().map(since).sum();
+            // The gate counted these as rejected; the upstream's cut-off never reached it.
+            let would_gate = would_all - since(Reason::Cutoff);
             let turned_away = |c: &TierCounters| c.rejected() + c.expired;
-            *out = turned_away(now).saturating_sub(turned_away(then)) as f64 / seconds;
+            let all =
+                turned_away(&self.tiers[tier]).saturating_sub(turned_away(&before.tiers[tier]));
+            rejected_by_tier[tier] = all.saturating_sub(would_gate) as f64 / seconds;
+            would_shed_by_tier[tier] = would_all as f64 / seconds;
         }
         Point {
             seq: 0,
@@ -369,12 +396,13 @@ impl Reading {
             goodput: rate(|c| c.completed_ok),
             failed: rate(|c| c.completed_dropped),
             rejected: Rejected {
-                regulator: rate(|c| c.rejected_regulator),
-                queue_full: rate(|c| c.rejected_queue_full),
-                no_lease: rate(|c| c.rejected_no_lease),
-                expired: rate(|c| c.expired),
+                regulator: real(|c| c.rejected_regulator, Reason::Regulator),
+                queue_full: real(|c| c.rejected_queue_full, Reason::QueueFull),
+                no_lease: real(|c| c.rejected_no_lease, Reason::NoLease),
+                expired: real(|c| c.expired, Reason::Expired),
             },
             rejected_by_tier,
+            would_shed_by_tier,
             e2e_ms: quantiles(&before.e2e, &self.e2e, [0.5, 0.99]),
             upstream_ms: quantiles(&before.upstream, &self.upstream, [0.5, 0.99]),
             gates: self.gates.clone(),
@@ -437,6 +465,7 @@ mod tests {
             failed: 0.0,
             rejected: Rejected::default(),
             rejected_by_tier: [0.0; TIERS as usize],
+            would_shed_by_tier: [0.0; TIERS as usize],
             e2e_ms: None,
             upstream_ms: None,
             gates: Vec::new(),
@@ -504,6 +533,35 @@ mod tests {
             5,
             "never grows past its capacity"
         );
+    }
+
+    #[test]
+    fn a_dry_run_gates_decisions_are_would_shed_not_rejections() {
+        let reading = |at: u64, rejected: u64, expired: u64, would: [u64; 5]| {
+            let mut tiers = [TierCounters::default(); TIERS as usize];
+            tiers[5].rejected_queue_full = rejected;
+            tiers[5].expired = expired;
+            let mut would_shed = [[0; Reason::ALL.len()]; TIERS as usize];
+            would_shed[5] = would;
+            Reading {
+                at,
+                tiers,
+                would_shed,
+                gates: Vec::new(),
+                e2e: Vec::new(),
+                upstream: Vec::new(),
+            }
+        };
+        // Over one second: 30 queue-full rejections and 4 expirations, of which 20 and 4 by
+        // gates in dry run, and 6 more would-shed on an upstream's cut-off.
+        let before = reading(1_000_000_000, 100, 10, [0, 50, 0, 5, 1]);
+        let after = reading(2_000_000_000, 130, 14, [0, 70, 0, 9, 7]);
+        let point = after.point_since(&before);
+        assert_eq!(point.rejected.queue_full, 10.0);
+        assert_eq!(point.rejected.expired, 0.0);
+        assert_eq!(point.rejected_by_tier[5], 10.0);
+        assert_eq!(point.would_shed_by_tier[5], 30.0);
+        assert_eq!(point.would_shed_by_tier[1], 0.0);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
@@ -39,10 +40,12 @@ use tokio::sync::watch;
 use crate::classify::Classifier;
 use crate::config::OnClientGone;
 use crate::dashboard::Dashboard;
+use crate::dry_run;
 use crate::forward::{self, Forwarding};
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
 use crate::refuse;
+use crate::reload::Reloader;
 use crate::request_body::{BodyState, RequestBody};
 use crate::stall::Stall;
 use crate::trust::{Cidr, Peer};
@@ -57,7 +60,8 @@ static LEASE_HEADER: HeaderName = HeaderName::from_static(tidegate_core::lease::
 /// What every request handler shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) upstreams: Upstreams,
+    /// Swapped whole by a reload ([`crate::reload`]); a request keeps the upstream it picked.
+    pub(crate) upstreams: Arc<ArcSwap<Upstreams>>,
     pub(crate) classifier: Classifier,
     pub(crate) forwarding: Forwarding,
     pub(crate) metrics: ProxyMetrics,
@@ -70,6 +74,7 @@ pub(crate) struct Shared {
     pub(crate) abandoned: Abandoned,
     pub(crate) draining: AtomicBool,
     pub(crate) dashboard: Dashboard,
+    pub(crate) reload: Reloader,
     /// `trust.sources`.
     pub(crate) trusted: Vec<Cidr>,
     clock: quanta::Clock,
@@ -79,7 +84,7 @@ pub(crate) struct Shared {
 impl Shared {
     #[allow(clippy::too_many_arguments, reason = "built once, in one place")]
     pub(crate) fn new(
-        upstreams: Upstreams,
+        upstreams: Arc<ArcSwap<Upstreams>>,
         classifier: Classifier,
         forwarding: Forwarding,
         metrics: ProxyMetrics,
@@ -106,6 +111,7 @@ impl Shared {
             retry_after,
             on_client_gone,
             abandoned: Abandoned::default(),
+            reload: Reloader::default(),
             draining: AtomicBool::new(false),
             dashboard,
             trusted,
@@ -185,12 +191,32 @@ pub(crate) async fn handle(
     if class.header_untrusted {
         shared.metrics.priority_untrusted.inc();
     }
-    let pick = match shared.upstreams.pick(class.partition, arrived) {
-        Ok(pick) => pick,
-        Err(until) => return Ok(unavailable(&shared, arrived, until)),
+    let (pick, upstream) = {
+        let upstreams = shared.upstreams.load();
+        match upstreams.pick(class.partition, arrived) {
+            Ok(pick) => (pick, upstreams.list[pick.upstream].clone()),
+            Err(until) => return Ok(unavailable(&shared, arrived, until)),
+        }
     };
-    let mut completion = Completion::new(shared.clone(), pick, class.partition, arrived);
-    let upstream = &shared.upstreams.list[pick.upstream];
+    let mut completion = Completion::new(
+        shared.clone(),
+        pick,
+        upstream.clone(),
+        class.partition,
+        arrived,
+    );
+    if upstream.dry_run.load(Ordering::Relaxed) {
+        completion.shadow = dry_run::judge(&upstream, class.partition, class.priority, arrived);
+        return Ok(send(
+            &shared,
+            client,
+            request,
+            class.priority,
+            upstream,
+            completion,
+        )
+        .await);
+    }
     if let Some(rank) = upstream.cutoff.refuses(arrived, class.priority) {
         // The upstream said it refuses this priority for now: shed it here, before any
         // work is spent on it (docs/feedback.md).
@@ -215,6 +241,27 @@ pub(crate) async fn handle(
         }
     };
     completion.permit = Some(permit);
+    Ok(send(
+        &shared,
+        client,
+        request,
+        class.priority,
+        upstream,
+        completion,
+    )
+    .await)
+}
+
+/// Forwards an admitted request (or, in dry run, any request) and answers with what the
+/// upstream answered.
+async fn send(
+    shared: &Arc<Shared>,
+    client: Peer,
+    request: Request<Incoming>,
+    priority: tidegate_core::Priority,
+    upstream: Arc<Upstream>,
+    mut completion: Completion,
+) -> Response<ResponseBody> {
     completion.admitted = shared.now();
 
     let (mut parts, body) = request.into_parts();
@@ -227,7 +274,7 @@ pub(crate) async fn handle(
         parts.uri.authority(),
         &client.address,
         upstream.target.host(),
-        class.priority,
+        priority,
     );
     let http2 = shared.forwarding.upstream_version == http::Version::HTTP_2;
     parts.uri = match upstream.target.uri(parts.uri, http2) {
@@ -236,14 +283,14 @@ pub(crate) async fn handle(
         // (`OPTIONS *`) gets here: the client's fault, not the upstream's.
         Err(_) => {
             completion.finish(Class::Ignored, Some(Outcome::Ignored));
-            return Ok(empty(StatusCode::BAD_REQUEST));
+            return empty(StatusCode::BAD_REQUEST);
         }
     };
     parts.version = shared.forwarding.upstream_version;
     let (body, body_state) = RequestBody::new(body);
     completion.body = body_state;
-    let exchange = exchange(&shared, pick.upstream, Request::from_parts(parts, body));
-    Ok(AtUpstream::new(exchange, completion).answer().await)
+    let exchange = exchange(shared, upstream, Request::from_parts(parts, body));
+    AtUpstream::new(exchange, completion).answer().await
 }
 
 /// Removes what an untrusted client claims for itself: its priority (the one in force is
@@ -261,13 +308,13 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// The upstream's response headers, or the kind of failure, within `client.timeout`.
 type Exchange = Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lent), ErrorKind>> + Send>>;
 
-/// Sends `request` to upstream number `upstream`. Owned (boxed, holding its own `Shared`) so
-/// that it can outlive the client's connection: see [`AtUpstream`].
-fn exchange(shared: &Arc<Shared>, upstream: usize, request: Request<RequestBody>) -> Exchange {
-    let shared = shared.clone();
+/// Sends `request` to `upstream`. Owned (boxed, holding its upstream) so that it can outlive
+/// the client's connection: see [`AtUpstream`].
+fn exchange(shared: &Shared, upstream: Arc<Upstream>, request: Request<RequestBody>) -> Exchange {
+    let timeout = shared.timeout;
     Box::pin(async move {
-        let sent = shared.upstreams.list[upstream].pool.send(request);
-        match tokio::time::timeout(shared.timeout, sent).await {
+        let sent = upstream.pool.send(request);
+        match tokio::time::timeout(timeout, sent).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(error)) => Err(error.kind),
             Err(_elapsed) => Err(ErrorKind::Timeout),
@@ -382,9 +429,13 @@ fn empty(status: StatusCode) -> Response<ResponseBody> {
 pub(crate) struct Completion {
     shared: Arc<Shared>,
     pick: Pick,
+    /// The upstream picked, kept even if a reload removes it.
+    upstream: Arc<Upstream>,
     partition: usize,
     arrived: u64,
     permit: Option<Permit>,
+    /// In dry run, instead of the permit.
+    shadow: Option<dry_run::Shadow>,
     /// When the request left the gate (0 before).
     admitted: u64,
     /// When the client went away while the upstream had the request.
@@ -397,13 +448,21 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    fn new(shared: Arc<Shared>, pick: Pick, partition: usize, arrived: u64) -> Completion {
+    fn new(
+        shared: Arc<Shared>,
+        pick: Pick,
+        upstream: Arc<Upstream>,
+        partition: usize,
+        arrived: u64,
+    ) -> Completion {
         let completion = Completion {
             shared,
             pick,
+            upstream,
             partition,
             arrived,
             permit: None,
+            shadow: None,
             admitted: 0,
             client_left: None,
             body: BodyState::default(),
@@ -417,7 +476,7 @@ impl Completion {
     }
 
     fn upstream(&self) -> &Upstream {
-        &self.shared.upstreams.list[self.pick.upstream]
+        &self.upstream
     }
 
     /// The upstream answered: its health is good, its lease applies, and the response goes
@@ -552,6 +611,9 @@ impl Completion {
         self.finished = true;
         if let Some(permit) = self.permit.take() {
             permit.release(outcome);
+        }
+        if let Some(shadow) = self.shadow.take() {
+            shadow.release(outcome);
         }
         let now = self.shared.now();
         // A client that went away is timed to when it left.

@@ -16,7 +16,8 @@ use tidegate_tower::SharedGate;
 
 use crate::upstream::Upstreams;
 
-/// A read-only view of a proxy's gates: clone it freely, every clone reads the same gates.
+/// A read-only view of a proxy's gates: clone it freely, every clone reads the same gates
+/// (those of when it was taken: a reload's new gates are not in it).
 #[derive(Clone, Debug)]
 pub struct GateReadings {
     /// Each gate with its name, in [`Upstreams::gates`]'s order.

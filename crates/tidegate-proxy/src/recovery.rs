@@ -30,7 +30,9 @@ pub(crate) async fn watch(
             _ = stop.wait_for(|stop| *stop) => return,
             () = tokio::time::sleep(interval) => {}
         }
-        for upstream in &shared.upstreams.list {
+        // The set in force now (a reload may swap it while this awaits).
+        let upstreams = shared.upstreams.load_full();
+        for upstream in &upstreams.list {
             // Only an ejection with more than an interval to run is worth cutting short; a
             // probe already out (zero left) decides on its own.
             let due = upstream

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
-use tidegate_tower::SharedGate;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
 
-use crate::classify::{Classifier, DEFAULT_PARTITION};
+use crate::classify::Classifier;
 use crate::config::{Config, duration};
 use crate::connection::Connections;
 use crate::dashboard::Dashboard;
@@ -21,16 +21,16 @@ use crate::error::Error;
 use crate::forward::Forwarding;
 use crate::handler::Shared;
 use crate::metrics::ProxyMetrics;
-use crate::pool::{Pool, PoolConfig};
 use crate::readings::GateReadings;
+use crate::reload::LiveGates;
 use crate::trust::Peer;
-use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
+use crate::upstream::{Upstream, Upstreams};
 use crate::{admin, recovery};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
 #[derive(Debug)]
 pub struct Proxy {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     listener: TcpListener,
     admin: TcpListener,
     drain_timeout: Duration,
@@ -53,47 +53,16 @@ impl Proxy {
         let mut registry = Registry::default();
         let metrics = ProxyMetrics::register(&mut registry);
         let clients = Connections::new(&config.connections, config.server.http2, &mut registry);
-        let gate_config = config.effective_gate();
         let retry_after = duration(config.server.retry_after);
-        let mut upstreams = Vec::with_capacity(config.upstreams.len());
-        for upstream in &config.upstreams {
-            let target = Target::parse(&upstream.url)?;
-            let name = upstream
-                .name
-                .clone()
-                .unwrap_or_else(|| target.authority().to_owned());
-            let gates = classifier
-                .partitions()
-                .iter()
-                .map(|partition| {
-                    let gate = SharedGate::new(&gate_config, retry_after);
-                    let gate_name = if partition == DEFAULT_PARTITION {
-                        name.clone()
-                    } else {
-                        format!("{partition}/{name}")
-                    };
-                    tidegate_tower::metrics::register(&mut registry, &gate, &gate_name);
-                    GateSlot::new(gate, gate_name)
-                })
-                .collect();
-            let pool = Pool::new(PoolConfig {
-                address: target.address(),
-                connect_timeout: duration(config.client.connect_timeout),
-                idle_timeout: duration(config.client.pool_idle_timeout),
-                max_idle: config.client.pool_max_idle,
-                http2: config.client.http2,
-            });
-            upstreams.push(Upstream {
-                pool,
-                metrics: metrics.upstream(&name),
-                url: upstream.url.clone(),
-                target,
-                gates,
-                health: Health::new(&name, config.ejection.clone()),
-                cutoff: Default::default(),
-                name,
-            });
-        }
+        let upstreams = config
+            .upstreams
+            .iter()
+            .map(|upstream| {
+                Upstream::build(&config, upstream, classifier.partitions(), &metrics).map(Arc::new)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let upstreams = Arc::new(ArcSwap::from_pointee(Upstreams::new(upstreams)));
+        registry.register_collector(Box::new(LiveGates::new(upstreams.clone())));
         let forwarding = Forwarding::new(
             config
                 .priority
@@ -103,7 +72,7 @@ impl Proxy {
             config.client.http2,
         );
         let shared = Shared::new(
-            Upstreams::new(upstreams),
+            upstreams,
             classifier,
             forwarding,
             metrics,
@@ -119,6 +88,9 @@ impl Proxy {
             Dashboard::new(&config.dashboard),
             config.trust.sources.clone(),
         );
+        shared
+            .reload
+            .started(config.clone(), shared.classifier.partitions().to_vec());
         let listener = bind(config.listen, "listen")?;
         let admin = bind(config.admin, "admin")?;
         Ok(Proxy {
@@ -148,7 +120,7 @@ impl Proxy {
     /// Every gate's limit, in-flight count and queue length, readable from this process
     /// while the proxy runs (take it before [`run`](Proxy::run) consumes the proxy).
     pub fn gates(&self) -> GateReadings {
-        GateReadings::new(&self.shared.upstreams)
+        GateReadings::new(&self.shared.upstreams.load())
     }
 
     /// Serves until `shutdown` completes, then drains: stops accepting, lets the requests in

@@ -19,6 +19,7 @@
 //! a failed probe (warn), recovered (info). Nothing is logged per request: a failing upstream
 //! under load writes one line per ejection, however many requests it fails.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use http::HeaderValue;
@@ -26,9 +27,12 @@ use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use tidegate_core::Nanos;
 use tidegate_tower::SharedGate;
 
-use crate::config::EjectionConfig;
+use crate::classify::DEFAULT_PARTITION;
+use crate::config::{Config, EjectionConfig, UpstreamConfig, duration};
+use crate::dry_run::Mode;
 use crate::error::Error;
-use crate::metrics::{ErrorKind, UpstreamMetrics};
+use crate::metrics::{ErrorKind, ProxyMetrics, UpstreamMetrics};
+use crate::pool::{Pool, PoolConfig};
 
 /// Where an upstream is: scheme, authority and an optional path prefix.
 #[derive(Clone, Debug)]
@@ -134,6 +138,8 @@ pub(crate) struct GateSlot {
     /// The gate's name in metrics and `/status`.
     pub(crate) name: String,
     pub(crate) outstanding: AtomicU32,
+    /// What the gate would have shed while its upstream runs in dry run.
+    pub(crate) would_shed: std::sync::Arc<crate::dry_run::WouldShed>,
 }
 
 impl GateSlot {
@@ -142,6 +148,7 @@ impl GateSlot {
             gate,
             name,
             outstanding: AtomicU32::new(0),
+            would_shed: Default::default(),
         }
     }
 
@@ -169,6 +176,57 @@ pub(crate) struct Upstream {
     pub(crate) metrics: UpstreamMetrics,
     /// What the upstream last said it refuses (`tidegate-cutoff`).
     pub(crate) cutoff: crate::cutoff::UpstreamCutoff,
+    /// `mode = "dry-run"` ([`crate::dry_run`]); a reload may change it.
+    pub(crate) dry_run: std::sync::atomic::AtomicBool,
+}
+
+impl Upstream {
+    /// The upstream `upstream` of `config`, with a fresh gate per partition (`partitions`,
+    /// the default one first).
+    pub(crate) fn build(
+        config: &Config,
+        upstream: &UpstreamConfig,
+        partitions: &[String],
+        metrics: &ProxyMetrics,
+    ) -> Result<Upstream, Error> {
+        let target = Target::parse(&upstream.url)?;
+        let name = upstream
+            .name
+            .clone()
+            .unwrap_or_else(|| target.authority().to_owned());
+        let gate_config = config.effective_gate();
+        let retry_after = duration(config.server.retry_after);
+        let gates = partitions
+            .iter()
+            .map(|partition| {
+                let gate = SharedGate::new(&gate_config, retry_after);
+                let gate_name = if partition == DEFAULT_PARTITION {
+                    name.clone()
+                } else {
+                    format!("{partition}/{name}")
+                };
+                GateSlot::new(gate, gate_name)
+            })
+            .collect();
+        let pool = Pool::new(PoolConfig {
+            address: target.address(),
+            connect_timeout: duration(config.client.connect_timeout),
+            idle_timeout: duration(config.client.pool_idle_timeout),
+            max_idle: config.client.pool_max_idle,
+            http2: config.client.http2,
+        });
+        Ok(Upstream {
+            pool,
+            metrics: metrics.upstream(&name),
+            url: upstream.url.clone(),
+            target,
+            gates,
+            health: Health::new(&name, config.ejection.clone()),
+            cutoff: Default::default(),
+            dry_run: (config.mode_of(upstream) == Mode::DryRun).into(),
+            name,
+        })
+    }
 }
 
 /// Whether an upstream may be sent requests.
@@ -351,12 +409,12 @@ pub(crate) struct Pick {
 /// The upstreams and the balancer over them.
 #[derive(Debug)]
 pub(crate) struct Upstreams {
-    pub(crate) list: Vec<Upstream>,
+    pub(crate) list: Vec<Arc<Upstream>>,
     next: AtomicUsize,
 }
 
 impl Upstreams {
-    pub(crate) fn new(list: Vec<Upstream>) -> Upstreams {
+    pub(crate) fn new(list: Vec<Arc<Upstream>>) -> Upstreams {
         Upstreams {
             list,
             next: AtomicUsize::new(0),

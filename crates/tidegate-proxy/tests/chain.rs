@@ -88,6 +88,7 @@ async fn the_edge_priority_reaches_the_last_hop_and_its_cutoff_the_edge() {
     edge.upstreams = vec![UpstreamConfig {
         url: a_url,
         name: Some("a".to_owned()),
+        mode: None,
     }];
     edge.priority.caller_key_header = "x-user".to_owned();
     let proxy1 = TestProxy::start(edge).await;

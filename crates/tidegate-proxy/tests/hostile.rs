@@ -299,6 +299,7 @@ async fn an_upstream_speaking_garbage_is_its_own_failure() {
         tidegate_proxy::UpstreamConfig {
             url: format!("http://{addr}"),
             name: Some("a".to_owned()),
+            mode: None,
         },
     );
     config.ejection.consecutive_failures = 1;

@@ -260,6 +260,7 @@ async fn an_upstream_that_is_down_gives_502_and_a_dropped_sample() {
     config.upstreams.push(tidegate_proxy::UpstreamConfig {
         url: format!("http://{down}"),
         name: Some("down".to_owned()),
+        mode: None,
     });
     let proxy = TestProxy::start(config).await;
     let response = get(&proxy.url("/")).await;
@@ -360,6 +361,7 @@ async fn a_failing_upstream_is_ejected_then_probed_back() {
         tidegate_proxy::UpstreamConfig {
             url: format!("http://{down}"),
             name: Some("a".to_owned()),
+            mode: None,
         },
     );
     config.ejection.consecutive_failures = 2;

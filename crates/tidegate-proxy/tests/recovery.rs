@@ -21,6 +21,7 @@ async fn a_restarted_upstream_is_probed_as_soon_as_it_accepts_connections() {
     config.upstreams.push(tidegate_proxy::UpstreamConfig {
         url: format!("http://{down}"),
         name: Some("a".to_owned()),
+        mode: None,
     });
     config.ejection.consecutive_failures = 1;
     // Far longer than the test's patience: only the reconnection can bring it back in time.

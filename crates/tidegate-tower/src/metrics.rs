@@ -39,6 +39,17 @@ pub fn register(registry: &mut Registry, gate: &SharedGate, name: &str) {
     }));
 }
 
+/// Encodes `gate`'s metrics, labelled `gate="<name>"`, with a collector's `encoder`: for a
+/// collector of one's own over gates that come and go (the proxy's, across reloads), where
+/// [`register`] would keep a removed gate's metrics forever.
+pub fn encode(
+    encoder: &mut DescriptorEncoder<'_>,
+    gate: &SharedGate,
+    name: &str,
+) -> Result<(), std::fmt::Error> {
+    GateMetrics { gate, name }.encode(encoder)
+}
+
 const TIER_NAMES: [&str; 6] = ["0", "1", "2", "3", "4", "5"];
 
 /// Reads one outcome's count.
@@ -63,7 +74,18 @@ struct GateCollector {
     name: String,
 }
 
-impl GateCollector {
+impl Collector for GateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encode(&mut encoder, &self.gate, &self.name)
+    }
+}
+
+struct GateMetrics<'a> {
+    gate: &'a SharedGate,
+    name: &'a str,
+}
+
+impl GateMetrics<'_> {
     fn gauge<N: prometheus_client::encoding::EncodeGaugeValue>(
         &self,
         encoder: &mut DescriptorEncoder<'_>,
@@ -72,14 +94,12 @@ impl GateCollector {
         value: N,
     ) -> Result<(), std::fmt::Error> {
         let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-        ConstGauge::new(value).encode(family.encode_family(&[("gate", self.name.as_str())])?)
+        ConstGauge::new(value).encode(family.encode_family(&[("gate", self.name)])?)
     }
-}
 
-impl Collector for GateCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+    fn encode(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let snapshot = self.gate.snapshot();
-        let gate = self.name.as_str();
+        let gate = self.name;
         {
             let help = "Requests through the gate, by tier and by how they ended.";
             let mut family =
@@ -93,52 +113,52 @@ impl Collector for GateCollector {
         }
         let regulator = snapshot.regulator;
         self.gauge(
-            &mut encoder,
+            encoder,
             "tidegate_inflight",
             "Requests in the service.",
             snapshot.inflight,
         )?;
         self.gauge(
-            &mut encoder,
+            encoder,
             "tidegate_limit",
             "The concurrency limit in force.",
             snapshot.limit,
         )?;
         self.gauge(
-            &mut encoder,
+            encoder,
             "tidegate_queue_length",
             "Requests waiting in the queue.",
             snapshot.queued as u64,
         )?;
         let oldest = snapshot.oldest_wait.as_secs_f64();
         self.gauge(
-            &mut encoder,
+            encoder,
             "tidegate_queue_oldest_wait_seconds",
             "How long the oldest waiting request has waited.",
             oldest,
         )?;
         let ratio = regulator.reject_ratio;
         self.gauge(
-            &mut encoder,
+            encoder,
             "tidegate_reject_ratio",
             "The regulator's drop probability or rejection ratio.",
             ratio,
         )?;
         let cutoff = regulator.cutoff_rank.map_or(-1, i64::from);
         self.gauge(
-            &mut encoder,
+            encoder,
             "tidegate_priority_cutoff_rank",
             "Least important rank admitted; -1 when none is cut.",
             cutoff,
         )?;
         self.gauge(
-            &mut encoder,
+            encoder,
             "tidegate_burst",
             "1 while a burst allowance admits everything.",
             i64::from(regulator.burst),
         )?;
         self.gauge(
-            &mut encoder,
+            encoder,
             "tidegate_overloaded",
             "1 while the regulator judges the service overloaded.",
             i64::from(regulator.overloaded),

@@ -6,6 +6,7 @@ mod experiment;
 mod load;
 mod logging;
 mod origin;
+mod packaging;
 mod proxy;
 mod sim_fleet;
 mod sim_replay;
@@ -49,6 +50,8 @@ enum Command {
     Load(load::LoadArgs),
     Origin(origin::OriginArgs),
     Experiment(experiment::ExperimentArgs),
+    Completions(packaging::CompletionsArgs),
+    Man(packaging::ManArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -218,6 +221,8 @@ fn main() -> ExitCode {
         Command::Experiment(args) => experiment::experiment(args),
         Command::Demo(args) => demo::demo(args),
         Command::Proxy(args) => proxy::run(args),
+        Command::Completions(args) => packaging::completions(&args, Cli::command()),
+        Command::Man(args) => packaging::man(&args, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,9 +16,11 @@ use tidegate_proxy::{Config, DEFAULT_CONFIG, Proxy, UpstreamConfig};
 /// with its default. The flags override the file.
 ///
 /// Admin endpoints on --admin: /metrics (Prometheus), /status (JSON), /dashboard (a live page),
-/// /healthz, /readyz.
+/// /healthz, /readyz, and POST /reload.
 /// SIGTERM or SIGINT: stop accepting, let requests in flight finish (server.drain_timeout),
-/// exit 0.
+/// exit 0. SIGHUP (or POST /reload): read --config again, with the same flags, and apply its
+/// upstreams and modes; each upstream kept keeps its gate's learned limit. A bad file changes
+/// nothing (the reason is logged and in /status).
 ///
 /// Examples:
 ///   tidegate proxy --upstream http://127.0.0.1:3000
@@ -62,22 +64,14 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
         print!("{DEFAULT_CONFIG}");
         return Ok(());
     }
-    let mut config = match &args.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
+    let sources = Sources {
+        config: args.config.clone(),
+        upstream: args.upstream.clone(),
+        listen: args.listen,
+        admin: args.admin,
+        threads: args.threads,
     };
-    if !args.upstream.is_empty() {
-        config.upstreams = args.upstream.iter().map(UpstreamConfig::new).collect();
-    }
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    if let Some(admin) = args.admin {
-        config.admin = admin;
-    }
-    if let Some(threads) = args.threads {
-        config.threads = threads;
-    }
+    let config = sources.load()?;
     config.validate()?;
     if args.check {
         print!("{}", config.to_toml()?);
@@ -97,12 +91,47 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     }
     .context("starting the runtime")?;
     args.log.init();
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, sources))
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+/// Where the configuration comes from: the file, then the flags over it. Read at startup and
+/// again on each reload.
+#[derive(Clone, Debug)]
+struct Sources {
+    config: Option<PathBuf>,
+    upstream: Vec<String>,
+    listen: Option<SocketAddr>,
+    admin: Option<SocketAddr>,
+    threads: Option<usize>,
+}
+
+impl Sources {
+    fn load(&self) -> Result<Config, tidegate_proxy::Error> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if !self.upstream.is_empty() {
+            config.upstreams = self.upstream.iter().map(UpstreamConfig::new).collect();
+        }
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(admin) = self.admin {
+            config.admin = admin;
+        }
+        if let Some(threads) = self.threads {
+            config.threads = threads;
+        }
+        Ok(config)
+    }
+}
+
+async fn serve(config: Config, sources: Sources) -> anyhow::Result<()> {
     let upstreams: Vec<String> = config.upstreams.iter().map(|u| u.url.clone()).collect();
     let proxy = Proxy::bind(config).await?;
+    proxy.reload_from(move || sources.load());
+    reload_on_hangup(proxy.reloader()).context("installing the SIGHUP handler")?;
     // The handlers are in place before the startup line: a signal sent as soon as it is read
     // drains rather than kills.
     let shutdown = shutdown_signal().context("installing the signal handlers")?;
@@ -122,6 +151,26 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             "tidegate proxy: drain timeout passed, cut {n} connections, stopped"
         ),
     }
+    Ok(())
+}
+
+/// Reloads on each SIGHUP, in a task of its own; the reload logs its outcome.
+#[cfg(unix)]
+fn reload_on_hangup(reload: tidegate_proxy::Reload) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            // Logged and kept for /status by the proxy, whatever the outcome.
+            let _ = reload.reload();
+        }
+    });
+    Ok(())
+}
+
+/// No SIGHUP here: POST /reload on the admin listener reloads.
+#[cfg(not(unix))]
+fn reload_on_hangup(_reload: tidegate_proxy::Reload) -> std::io::Result<()> {
     Ok(())
 }
 

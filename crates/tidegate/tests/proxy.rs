@@ -342,3 +342,64 @@ fn an_upstream_ejected_and_recovered_is_logged_once_each_as_json() {
     assert_eq!(ejected["error"], "connect");
     assert_eq!(ejected["failures"], 3);
 }
+
+#[cfg(unix)]
+#[test]
+fn sighup_reloads_the_file_and_a_bad_one_changes_nothing() {
+    let origin = |name: &str| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let url = format!("http://{}", listener.local_addr().expect("bound"));
+        answer_ok(listener);
+        format!("[[upstreams]]\nurl = \"{url}\"\nname = \"{name}\"\n")
+    };
+    let (a, b) = (origin("a"), origin("b"));
+    let config = temp_file("reload.toml", &a);
+    let (mut child, lines) = spawn_proxy(&[
+        "--config",
+        config.to_str().expect("UTF-8 path"),
+        "--log-format",
+        "json",
+    ]);
+    let next = || -> serde_json::Value {
+        let line = lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a log line");
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"))
+    };
+    let started = next();
+    let listen = started["listen"]
+        .as_str()
+        .expect("the listen address")
+        .to_owned();
+    let hangup = || {
+        let sent = Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+    };
+
+    std::fs::write(&config, format!("{a}{b}")).expect("rewritten");
+    hangup();
+    let reloaded = next();
+    assert_eq!(reloaded["level"], "INFO", "{reloaded}");
+    assert_eq!(reloaded["added"], "[\"b\"]", "{reloaded}");
+    assert_eq!(reloaded["kept"], "[\"a\"]", "{reloaded}");
+
+    std::fs::write(&config, format!("{b}[server]\nshed_status = 500\n")).expect("rewritten");
+    hangup();
+    let refused = next();
+    assert_eq!(refused["level"], "ERROR", "{refused}");
+    let error = refused["error"].as_str().expect("the reason");
+    assert!(
+        error.contains("shed_status") && error.contains("500"),
+        "{error}"
+    );
+    assert_eq!(status_of_get(&listen), 200);
+
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&config);
+}

@@ -359,6 +359,7 @@ pub(crate) fn config(upstreams: &[&Origin]) -> Config {
         .map(|origin| UpstreamConfig {
             url: origin.url(),
             name: Some(origin.name().to_owned()),
+            mode: None,
         })
         .collect();
     config
@@ -366,7 +367,13 @@ pub(crate) fn config(upstreams: &[&Origin]) -> Config {
 
 impl TestProxy {
     pub(crate) async fn start(config: Config) -> TestProxy {
+        TestProxy::start_with(config, |_| {}).await
+    }
+
+    /// As [`TestProxy::start`], with `prepare` given the bound proxy before it runs.
+    pub(crate) async fn start_with(config: Config, prepare: impl FnOnce(&Proxy)) -> TestProxy {
         let proxy = Proxy::bind(config).await.expect("the proxy starts");
+        prepare(&proxy);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let addr = proxy.local_addr();
         let admin = proxy.admin_addr();
