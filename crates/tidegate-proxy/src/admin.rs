@@ -153,7 +153,9 @@ fn status(shared: &Shared) -> Value {
         .upstreams
         .list
         .iter()
-        .map(|upstream| {
+        .enumerate()
+        .map(|(index, upstream)| {
+            let streams = shared.streams.upstream(index);
             let gates: Vec<Value> = upstream
                 .gates
                 .iter()
@@ -199,6 +201,7 @@ fn status(shared: &Shared) -> Value {
                 "ejected_for_seconds": upstream.health.ejected_for(now).map(|n| n.as_secs_f64()),
                 "consecutive_failures": upstream.health.failures(),
                 "gates": gates,
+                "streams": { "open": streams.open(), "max": streams.max() },
             })
         })
         .collect();

@@ -19,6 +19,7 @@ use tidegate_core::{Nanos, Priority};
 use crate::checks;
 pub use crate::connection::ConnectionsConfig;
 use crate::error::Error;
+pub use crate::stream::StreamsConfig;
 use crate::trust::Cidr;
 
 /// Everything the proxy needs. `Config::default()` plus one upstream is a working proxy.
@@ -50,6 +51,8 @@ pub struct Config {
     pub gate: GateConfig,
     /// The live page on the admin listener, `/dashboard`.
     pub dashboard: DashboardConfig,
+    /// WebSocket, event streams and other long-lived streams: their cap and idle timeout.
+    pub streams: StreamsConfig,
 }
 
 impl Default for Config {
@@ -68,6 +71,7 @@ impl Default for Config {
             ejection: EjectionConfig::default(),
             gate: GateConfig::default(),
             dashboard: DashboardConfig::default(),
+            streams: StreamsConfig::default(),
         }
     }
 }
@@ -387,6 +391,9 @@ impl Config {
                 "dashboard.history",
                 format!("{} is not between 1 and 86400", self.dashboard.history),
             );
+        }
+        if let Some((key, reason)) = self.streams.invalid() {
+            return invalid(key, reason);
         }
         if self.ejection.max_time < self.ejection.base_time {
             return invalid(

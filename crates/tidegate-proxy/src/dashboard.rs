@@ -26,6 +26,7 @@ use tokio::sync::watch;
 
 use crate::config::{DashboardConfig, duration};
 use crate::handler::Shared;
+use crate::stream::End;
 
 /// The page, served as is: HTML, CSS and JavaScript in one file, charts drawn on canvases.
 pub(crate) const PAGE: &str = include_str!("dashboard.html");
@@ -163,6 +164,19 @@ pub(crate) struct Point {
     pub(crate) upstream_ms: Option<[f64; 2]>,
     /// In the order of the answer's `gates`.
     pub(crate) gates: Vec<GatePoint>,
+    /// Long-lived streams, apart from the requests (`crate::stream`).
+    pub(crate) streams: StreamsPoint,
+}
+
+/// The streams of every upstream at one sample.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub(crate) struct StreamsPoint {
+    /// Open at the sample.
+    pub(crate) open: i64,
+    /// Ended per second, however they ended.
+    pub(crate) ended: f64,
+    /// Refused per second at `streams.max_per_upstream`.
+    pub(crate) refused: f64,
 }
 
 /// The last `capacity` points, oldest first.
@@ -313,6 +327,9 @@ struct Reading {
     gates: Vec<GatePoint>,
     e2e: Vec<u64>,
     upstream: Vec<u64>,
+    streams_open: i64,
+    streams_ended: u64,
+    streams_refused: u64,
 }
 
 impl Reading {
@@ -335,10 +352,22 @@ impl Reading {
                 overloaded: s.regulator.overloaded,
             });
         }
+        let mut streams_open = 0;
+        let mut streams_ended = 0;
+        let mut streams_refused = 0;
+        for upstream in 0..shared.upstreams.list.len() {
+            let streams = shared.streams.upstream(upstream);
+            streams_open += streams.open();
+            streams_ended += streams.ended_in_all();
+            streams_refused += streams.ended(End::Refused);
+        }
         Reading {
             at: shared.now(),
             tiers,
             gates,
+            streams_open,
+            streams_ended,
+            streams_refused,
             e2e: shared.dashboard.e2e.read(),
             upstream: shared.dashboard.upstream.read(),
         }
@@ -378,6 +407,12 @@ impl Reading {
             e2e_ms: quantiles(&before.e2e, &self.e2e, [0.5, 0.99]),
             upstream_ms: quantiles(&before.upstream, &self.upstream, [0.5, 0.99]),
             gates: self.gates.clone(),
+            streams: StreamsPoint {
+                open: self.streams_open,
+                ended: self.streams_ended.saturating_sub(before.streams_ended) as f64 / seconds,
+                refused: self.streams_refused.saturating_sub(before.streams_refused) as f64
+                    / seconds,
+            },
         }
     }
 }
@@ -440,6 +475,7 @@ mod tests {
             e2e_ms: None,
             upstream_ms: None,
             gates: Vec::new(),
+            streams: StreamsPoint::default(),
         }
     }
 

@@ -48,7 +48,9 @@ mod refuse;
 mod request_body;
 mod server;
 mod stall;
+mod stream;
 mod trust;
+mod upgrade;
 mod upstream;
 
 pub use config::{Config, DEFAULT_CONFIG, UpstreamConfig};

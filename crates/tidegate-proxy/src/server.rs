@@ -23,6 +23,7 @@ use crate::handler::Shared;
 use crate::metrics::ProxyMetrics;
 use crate::pool::{Pool, PoolConfig};
 use crate::readings::GateReadings;
+use crate::stream::Streams;
 use crate::trust::Peer;
 use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
 use crate::{admin, recovery};
@@ -94,6 +95,8 @@ impl Proxy {
                 name,
             });
         }
+        let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+        let streams = Streams::new(&config.streams, &names, &mut registry);
         let forwarding = Forwarding::new(
             config
                 .priority
@@ -118,6 +121,7 @@ impl Proxy {
             config.server.on_client_gone,
             Dashboard::new(&config.dashboard),
             config.trust.sources.clone(),
+            streams,
         );
         let listener = bind(config.listen, "listen")?;
         let admin = bind(config.admin, "admin")?;
@@ -202,23 +206,28 @@ impl Proxy {
         }
         drop(listener);
         shared.draining.store(true, Ordering::Release);
-        // Requests whose clients went away, still at their upstreams, are in flight too.
+        // Requests whose clients went away, still at their upstreams, are in flight too, and
+        // so are the upgraded connections.
+        let tunnels = &shared.streams.tunnels;
         let drained = tokio::time::timeout(drain_timeout, async {
             graceful.shutdown().await;
             shared.abandoned.finished().await;
+            tunnels.finished().await;
         })
         .await
         .is_ok();
         let cut = if drained {
             0
         } else {
-            let cut = connections.len();
+            let cut = connections.len() + tunnels.running();
             shared.abandoned.cut();
+            tunnels.cut();
             connections.abort_all();
             cut
         };
         while connections.join_next().await.is_some() {}
         shared.abandoned.finished().await;
+        tunnels.finished().await;
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
         let _ = recovery_task.await;
