@@ -40,7 +40,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{ACCEPT, CONTENT_TYPE, UPGRADE};
+use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -384,7 +384,7 @@ impl Streams {
     ) -> Result<Option<Candidate>, Refused> {
         let upgrade = request.version() <= Version::HTTP_11
             && upstream_http1
-            && request.headers().contains_key(UPGRADE);
+            && crate::upgrade::requested(request.headers());
         if !upgrade && !accepts_event_stream(request.headers()) {
             return Ok(None);
         }
@@ -523,7 +523,13 @@ mod tests {
             sse("text/html, Text/Event-Stream;q=0.9"),
             Ok(true)
         ));
-        let mut upgrade = request(&[("upgrade", "websocket"), ("connection", "upgrade")]);
+        // `Upgrade` counts only where `Connection` names it (RFC 9110 section 7.8).
+        let mut alone = request(&[("upgrade", "websocket"), ("connection", "x-other")]);
+        assert!(matches!(streams.candidate(&mut alone, 0, true), Ok(None)));
+        let mut upgrade = request(&[
+            ("upgrade", "websocket"),
+            ("connection", "Keep-Alive, Upgrade"),
+        ]);
         let held = streams.candidate(&mut upgrade, 0, true);
         assert!(matches!(held, Ok(Some(_))));
         assert_eq!(streams.upstream(0).open(), 1, "the first was given back");
@@ -536,7 +542,7 @@ mod tests {
         assert_eq!(streams.upstream(0).open(), 1);
         // To an HTTP/2 upstream an upgrade is no candidate (it goes as a plain request).
         drop(first);
-        let mut upgrade = request(&[("upgrade", "websocket")]);
+        let mut upgrade = request(&[("upgrade", "websocket"), ("connection", "upgrade")]);
         assert!(matches!(
             streams.candidate(&mut upgrade, 0, false),
             Ok(None)

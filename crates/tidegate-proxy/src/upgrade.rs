@@ -27,6 +27,19 @@ use crate::stream::{End, Slot};
 
 static UPGRADE_TOKEN: HeaderValue = HeaderValue::from_static("upgrade");
 
+/// Whether a request with `headers` asks for an upgrade: `Upgrade`, with `upgrade` among the
+/// `Connection` options (RFC 9110 section 7.8: without it, `Upgrade` is a stray field, which
+/// the forwarding removes).
+pub(crate) fn requested(headers: &HeaderMap) -> bool {
+    headers.contains_key(UPGRADE)
+        && headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|option| option.trim().eq_ignore_ascii_case("upgrade"))
+}
+
 /// An upgrade a client asked for: the protocol, and its side of the connection once the
 /// `101` has been sent to it.
 #[derive(Debug)]
