@@ -4,10 +4,11 @@
 //!
 //! Why: a gate learns the upstream's capacity from how long its requests take, and bounds how
 //! many are in flight. A stream open for an hour is not a request an hour slow: held as one,
-//! its sample told the limit that the upstream had slowed down a thousandfold (the limit sank,
-//! Envoy's adaptive concurrency's known failure, envoy issue 42243), and its slot stayed taken
-//! for its whole life (a few hundred subscribers took every slot, and short requests were shed
-//! though the upstream was idle). So a stream's sample is the time to its response headers,
+//! its sample would tell the limit that the upstream had slowed down a thousandfold (the limit
+//! sinks, Envoy's adaptive concurrency's known failure, envoy issue 42243), and its slot would
+//! stay taken for its whole life (as many subscribers as the limit take every slot, and short
+//! requests are shed though the upstream is idle). So a stream's sample is the time to its
+//! response headers,
 //! when the upstream has done the work of opening it, and its slot is freed then. The request
 //! part is counted like any request (`tidegate_request_duration_seconds` to its headers); the
 //! stream part apart (`tidegate_streams_open`, `tidegate_streams_total{outcome}`,
