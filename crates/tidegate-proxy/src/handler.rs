@@ -1,5 +1,6 @@
 //! One request's way through the proxy: classify, pick an upstream, pass its gate, forward,
-//! and hold the permit until the response's last byte.
+//! and hold the permit until the response's last byte (a stream's until its response headers:
+//! [`crate::stream`]).
 //!
 //! Every request ends in exactly one counted outcome. The [`Completion`] made on arrival
 //! travels with the request (into the response body when there is one) and records how it
