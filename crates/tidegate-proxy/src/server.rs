@@ -42,7 +42,8 @@ pub struct Proxy {
 /// How a [`Proxy::run`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Drained {
-    /// Connections still busy when the drain timeout passed, and cut.
+    /// Connections still busy when the drain timeout passed, and cut (upgraded ones
+    /// included).
     pub cut: usize,
 }
 

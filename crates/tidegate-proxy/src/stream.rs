@@ -383,7 +383,7 @@ impl Streams {
         upstream: usize,
         upstream_http1: bool,
     ) -> Result<Option<Candidate>, Refused> {
-        let upgrade = request.version() <= Version::HTTP_11
+        let upgrade = request.version() == Version::HTTP_11
             && upstream_http1
             && crate::upgrade::requested(request.headers());
         if !upgrade && !accepts_event_stream(request.headers()) {

@@ -575,3 +575,30 @@ async fn an_open_websocket_is_cut_at_the_drain_timeout_and_counted() {
     // The client sees its connection end.
     while let Some(Ok(_)) = within("the cut", ws.next()).await {}
 }
+
+#[tokio::test]
+async fn a_silent_stream_outlives_the_read_timeout_and_ends_at_the_idle_timeout() {
+    let origin = StreamOrigin::start().await;
+    let mut config = origin.config();
+    config.client.read_timeout = Nanos::from_millis(20);
+    config.streams.idle_timeout = Nanos::from_secs(1);
+    let proxy = TestProxy::start(config).await;
+    let mut events = open_events(&proxy).await;
+    origin.wait_opened(1).await;
+    // Silent for more than the read timeout between two events: still open.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    origin.feed(0, "data: late\n\n").await;
+    assert_eq!(next_data(events.body_mut()).await, "data: late\n\n");
+    // Then silent past the idle timeout: closed, and counted so.
+    let end = within("the idle timeout", events.body_mut().collect()).await;
+    assert!(end.is_err(), "cut short, not ended in good order");
+    assert_eq!(streams_total(&proxy, "idle").await, 1.0);
+    assert_eq!(streams_open(&proxy).await, 0.0);
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum("tidegate_upstream_errors_total", &[("upstream", UPSTREAM)]),
+        0.0,
+        "an idle stream is not the upstream's failure"
+    );
+    ledgers_agree(&proxy, UPSTREAM).await;
+}
