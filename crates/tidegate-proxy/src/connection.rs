@@ -177,6 +177,12 @@ impl Connections {
         }
     }
 
+    /// `tidegate_client_connections`, which an upgraded connection keeps counting in (and
+    /// against `connections.max`) after hyper has handed it over (`crate::upgrade`).
+    pub(crate) fn open_gauge(&self) -> Gauge {
+        self.open.clone()
+    }
+
     fn close(&self, why: Closed) {
         self.closed[why as usize].inc();
     }

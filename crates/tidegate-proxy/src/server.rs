@@ -97,7 +97,7 @@ impl Proxy {
             });
         }
         let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
-        let streams = Streams::new(&config.streams, &names, &mut registry);
+        let streams = Streams::new(&config.streams, &names, clients.open_gauge(), &mut registry);
         let forwarding = Forwarding::new(
             config
                 .priority

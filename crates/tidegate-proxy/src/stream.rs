@@ -309,6 +309,8 @@ pub(crate) struct Streams {
     /// The spliced connections: the drain waits for them, and cuts them with the client
     /// connections.
     pub(crate) tunnels: Abandoned,
+    /// `tidegate_client_connections`: a spliced client connection still counts in it.
+    pub(crate) client_connections: Gauge,
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -318,6 +320,7 @@ impl Streams {
     pub(crate) fn new(
         config: &StreamsConfig,
         upstreams: &[&str],
+        client_connections: Gauge,
         registry: &mut Registry,
     ) -> Streams {
         let open = Family::<Labels, Gauge>::default();
@@ -366,6 +369,7 @@ impl Streams {
                 .collect(),
             idle_timeout: duration(config.idle_timeout),
             tunnels: Abandoned::default(),
+            client_connections,
         }
     }
 
@@ -487,7 +491,7 @@ mod tests {
     use super::*;
 
     fn streams(config: &StreamsConfig) -> Streams {
-        Streams::new(config, &["a"], &mut Registry::default())
+        Streams::new(config, &["a"], Gauge::default(), &mut Registry::default())
     }
 
     fn request(headers: &[(&str, &str)]) -> Request<()> {
@@ -532,6 +536,8 @@ mod tests {
             ("connection", "Keep-Alive, Upgrade"),
         ]);
         let held = streams.candidate(&mut upgrade, 0, true);
+        let mut h2c = request(&[("upgrade", "h2c"), ("connection", "upgrade")]);
+        assert!(matches!(streams.candidate(&mut h2c, 0, true), Ok(None)));
         assert!(matches!(held, Ok(Some(_))));
         assert_eq!(streams.upstream(0).open(), 1, "the first was given back");
         let first = streams.candidate(&mut request(&[("accept", "text/event-stream")]), 0, true);

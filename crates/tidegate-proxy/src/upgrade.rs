@@ -29,15 +29,24 @@ static UPGRADE_TOKEN: HeaderValue = HeaderValue::from_static("upgrade");
 
 /// Whether a request with `headers` asks for an upgrade: `Upgrade`, with `upgrade` among the
 /// `Connection` options (RFC 9110 section 7.8: without it, `Upgrade` is a stray field, which
-/// the forwarding removes).
+/// the forwarding removes). Never to `h2c`: spliced, an HTTP/2 connection would carry any
+/// number of requests to the upstream past its gate (its `Upgrade` is removed, and the
+/// request answered as HTTP/1.1).
 pub(crate) fn requested(headers: &HeaderMap) -> bool {
-    headers.contains_key(UPGRADE)
-        && headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|option| option.trim().eq_ignore_ascii_case("upgrade"))
+    let Some(protocols) = headers.get(UPGRADE) else {
+        return false;
+    };
+    // A protocol list that is not text is no upgrade either.
+    let h2c = protocols.to_str().map_or(true, |list| {
+        list.split(',')
+            .any(|p| p.trim().eq_ignore_ascii_case("h2c"))
+    });
+    !h2c && headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|option| option.trim().eq_ignore_ascii_case("upgrade"))
 }
 
 /// An upgrade a client asked for: the protocol, and its side of the connection once the
@@ -110,6 +119,8 @@ impl Tunnel {
             return;
         }
         tunnels.started();
+        // The client connection's task ends with the handover: its count carries on here.
+        shared.streams.client_connections.inc();
         runtime.spawn(async move {
             let Tunnel {
                 client,
@@ -123,6 +134,7 @@ impl Tunnel {
                 _ = cut.wait_for(|cut| *cut) => End::Cancelled,
             };
             slot.end(end);
+            shared.streams.client_connections.dec();
             shared.streams.tunnels.ended();
         });
     }

@@ -569,6 +569,9 @@ async fn an_open_websocket_is_cut_at_the_drain_timeout_and_counted() {
     let mut proxy = TestProxy::start(config).await;
     let mut ws = websocket(&proxy).await.unwrap();
     echo(&mut ws, "hello").await;
+    // Handed over by hyper, the connection still counts as a client connection.
+    let metrics = proxy.metrics().await;
+    assert_eq!(metrics.sum("tidegate_client_connections", &[]), 1.0);
     proxy.shutdown();
     let drained = proxy.stopped().await;
     assert_eq!(drained.cut, 1, "the tunnel, cut");
