@@ -489,11 +489,11 @@ mod priority_text {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The error with its sources, as the CLI prints it.
-    fn message(error: &Error) -> String {
+    pub(crate) fn message(error: &Error) -> String {
         let mut text = error.to_string();
         let mut source = std::error::Error::source(error);
         while let Some(cause) = source {

@@ -51,6 +51,7 @@ use prometheus_client::registry::Registry;
 use serde::{Deserialize, Deserializer, Serialize};
 use tidegate_core::Nanos;
 
+use crate::checks::refuse;
 use crate::config::duration;
 use crate::handler::{Abandoned, ResponseBody};
 use crate::upgrade::Upgrade;
@@ -116,13 +117,6 @@ fn media_type_reason(value: &str) -> Option<String> {
         token(kind) && token(subtype)
     });
     (!valid).then(|| format!("{value:?} is not a media type such as \"text/event-stream\""))
-}
-
-fn refuse<'de, D: Deserializer<'de>, T>(reason: Option<String>, value: T) -> Result<T, D::Error> {
-    match reason {
-        Some(reason) => Err(serde::de::Error::custom(reason)),
-        None => Ok(value),
-    }
 }
 
 fn max_per_upstream<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
@@ -489,6 +483,7 @@ pub(crate) fn refused(status: StatusCode, retry_after: Duration) -> Response<Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::message;
 
     fn streams(config: &StreamsConfig) -> Streams {
         Streams::new(config, &["a"], Gauge::default(), &mut Registry::default())
@@ -614,17 +609,6 @@ mod tests {
         );
         assert_eq!(streams.upstream(0).open(), 0);
         assert_eq!(streams.upstream(0).ended(End::Cancelled), 0);
-    }
-
-    /// The error with its sources, as the CLI prints it.
-    fn message(error: &crate::Error) -> String {
-        let mut text = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            text.push_str(&format!(": {cause}"));
-            source = cause.source();
-        }
-        text
     }
 
     #[test]

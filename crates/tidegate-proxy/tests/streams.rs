@@ -266,6 +266,21 @@ async fn streams_total(proxy: &TestProxy, outcome: &str) -> f64 {
     )
 }
 
+/// Waits until `n` streams have closed in good order in all, then checks none is open.
+async fn closed(proxy: &TestProxy, n: f64) {
+    eventually(&format!("{n} streams counted closed"), || async {
+        streams_total(proxy, "closed").await == n
+    })
+    .await;
+    assert_eq!(streams_open(proxy).await, 0.0);
+}
+
+/// Reads a response's body to its end, which must be in good order.
+async fn ends_well(response: &mut Response<Incoming>) {
+    let end = within("the stream's end", response.body_mut().collect()).await;
+    assert!(end.is_ok(), "the stream ended in good order");
+}
+
 async fn streams_open(proxy: &TestProxy) -> f64 {
     proxy
         .metrics()
@@ -321,11 +336,7 @@ async fn a_websocket_echoes_through_the_proxy_while_a_flood_of_short_requests_is
     ws.close(None).await.unwrap();
     while let Some(Ok(_)) = within("the close", ws.next()).await {}
     drop(ws);
-    eventually("the tunnel counted closed", || async {
-        streams_total(&proxy, "closed").await == 1.0
-    })
-    .await;
-    assert_eq!(streams_open(&proxy).await, 0.0);
+    closed(&proxy, 1.0).await;
     let classes = ledgers_agree(&proxy, UPSTREAM).await;
     // The upgrade and the two held requests; the flood and the second upgrade shed.
     assert_eq!(classes["ok"], 3.0);
@@ -356,17 +367,9 @@ async fn open_event_streams_do_not_starve_short_requests_of_the_limit() {
 
     origin.close_feeds();
     for mut response in streams {
-        assert!(
-            within("the stream's end", response.body_mut().collect())
-                .await
-                .is_ok()
-        );
+        ends_well(&mut response).await;
     }
-    eventually("the streams counted closed", || async {
-        streams_total(&proxy, "closed").await == 5.0
-    })
-    .await;
-    assert_eq!(streams_open(&proxy).await, 0.0);
+    closed(&proxy, 5.0).await;
     let classes = ledgers_agree(&proxy, UPSTREAM).await;
     assert_eq!(classes["ok"], 25.0);
     assert_eq!(classes["shed"], 0.0);
@@ -407,12 +410,8 @@ async fn the_stream_cap_refuses_the_stream_past_it_with_a_counted_outcome() {
 
     // Streams that end give their places to the next.
     origin.close_feeds();
-    for response in open {
-        assert!(
-            within("the stream's end", response.into_body().collect())
-                .await
-                .is_ok()
-        );
+    for mut response in open {
+        ends_well(&mut response).await;
     }
     eventually("places free", || async {
         streams_open(&proxy).await == 0.0
@@ -452,11 +451,7 @@ async fn trickle(origin: &StreamOrigin, stream: usize, response: &mut Response<I
         assert_eq!(next_data(response.body_mut()).await, "data: tick\n\n");
     }
     origin.close_feeds();
-    assert!(
-        within("the end", response.body_mut().collect())
-            .await
-            .is_ok()
-    );
+    ends_well(response).await;
 }
 
 #[tokio::test]
@@ -466,10 +461,7 @@ async fn a_long_stream_does_not_drag_the_limit_down_where_a_slow_body_does() {
     let mut events = open_events(&proxy).await;
     origin.wait_opened(1).await;
     trickle(&origin, 0, &mut events).await;
-    eventually("the stream counted closed", || async {
-        streams_total(&proxy, "closed").await == 1.0
-    })
-    .await;
+    closed(&proxy, 1.0).await;
     assert_eq!(
         proxy.gate(UPSTREAM).await["limit"],
         10,
@@ -548,15 +540,8 @@ async fn an_http2_bidirectional_stream_passes_each_message_before_the_next_is_se
         assert_eq!(next_data(response.body_mut()).await, message);
     }
     drop(tx);
-    assert!(
-        within("the end", response.body_mut().collect())
-            .await
-            .is_ok()
-    );
-    eventually("the stream counted closed", || async {
-        streams_total(&proxy, "closed").await == 1.0
-    })
-    .await;
+    ends_well(&mut response).await;
+    closed(&proxy, 1.0).await;
     let classes = ledgers_agree(&proxy, UPSTREAM).await;
     assert_eq!(classes["ok"], 2.0);
 }
