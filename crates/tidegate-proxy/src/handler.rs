@@ -425,7 +425,7 @@ pub(crate) struct Completion {
     /// The upstream connection, back to its pool when the response has been read whole.
     lent: Option<Lent>,
     /// A request that may become a stream ([`crate::stream`]).
-    stream: Option<stream::Candidate>,
+    stream: Option<Box<stream::Candidate>>,
     finished: bool,
 }
 
@@ -674,8 +674,8 @@ impl std::fmt::Debug for Completion {
 pub(crate) struct ResponseBody {
     inner: Option<Incoming>,
     end: Option<(Completion, Outcome)>,
-    /// A stream's, instead of `end`: its place under the cap.
-    stream: Option<OpenStream>,
+    /// A stream's, instead of `end`: its place under the cap (boxed: most bodies are none).
+    stream: Option<Box<OpenStream>>,
     read_timeout: Duration,
     /// The deadline for the next frame.
     idle: Stall,
@@ -708,7 +708,7 @@ impl ResponseBody {
             inner: Some(inner),
             end: None,
             read_timeout: open.shared.streams.idle_timeout,
-            stream: Some(open),
+            stream: Some(Box::new(open)),
             idle: Stall::default(),
         };
         body.ended_if_empty()

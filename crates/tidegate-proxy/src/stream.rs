@@ -41,7 +41,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{ACCEPT, CONTENT_TYPE};
+use http::header::{ACCEPT, CONTENT_TYPE, UPGRADE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -373,18 +373,27 @@ impl Streams {
 
     /// Whether `request`, about to go to upstream number `upstream`, asks for a stream; if
     /// so it takes a place under the cap (or is refused), and an upgrade's client side is
-    /// taken from it. `upstream_http1`: upgrades need an HTTP/1.1 upstream; to an HTTP/2 one
+    /// taken from it. Boxed: an ordinary request carries a pointer, not the candidate's
+    /// fields, through its moves. `upstream_http1`: upgrades need an HTTP/1.1 upstream; to an HTTP/2 one
     /// the request goes without its `Upgrade` and gets an ordinary answer.
     pub(crate) fn candidate<B>(
         &self,
         request: &mut Request<B>,
         upstream: usize,
         upstream_http1: bool,
-    ) -> Result<Option<Candidate>, Refused> {
-        let upgrade = request.version() == Version::HTTP_11
+    ) -> Result<Option<Box<Candidate>>, Refused> {
+        // One pass over the (few) names rather than a lookup for each: most requests have
+        // neither field, and every request passes here.
+        let (mut upgrade, mut accept) = (false, false);
+        for name in request.headers().keys() {
+            upgrade |= name == UPGRADE;
+            accept |= name == ACCEPT;
+        }
+        let upgrade = upgrade
+            && request.version() == Version::HTTP_11
             && upstream_http1
             && crate::upgrade::requested(request.headers());
-        if !upgrade && !accepts_event_stream(request.headers()) {
+        if !upgrade && !(accept && accepts_event_stream(request.headers())) {
             return Ok(None);
         }
         let streams = &self.upstreams[upstream];
@@ -397,7 +406,7 @@ impl Streams {
         } else {
             None
         };
-        Ok(Some(Candidate { slot, upgrade }))
+        Ok(Some(Box::new(Candidate { slot, upgrade })))
     }
 
     /// Whether `response` from upstream number `upstream` is a stream, and what it becomes;
@@ -405,10 +414,10 @@ impl Streams {
     pub(crate) fn open<B>(
         &self,
         upstream: usize,
-        candidate: Option<Candidate>,
+        candidate: Option<Box<Candidate>>,
         response: &mut Response<B>,
     ) -> Option<Opened> {
-        let (slot, upgrade) = match candidate {
+        let (slot, upgrade) = match candidate.map(|c| *c) {
             Some(Candidate { slot, upgrade }) => (Some(slot), upgrade),
             None => (None, None),
         };
@@ -433,18 +442,20 @@ impl Streams {
         Some(Opened::Body(slot))
     }
 
+    /// Whether the `Content-Type` is one of `streams.content_types`, or a `+suffix` variant
+    /// of one. Found in a pass over the (few) fields and compared as bytes: every response
+    /// passes here.
     fn is_stream(&self, headers: &HeaderMap) -> bool {
         let Some(media) = headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.split(';').next().unwrap_or("").trim())
+            .iter()
+            .find_map(|(name, value)| (name == CONTENT_TYPE).then(|| value.as_bytes()))
         else {
             return false;
         };
         self.content_types.iter().any(|t| {
             media.len() >= t.len()
-                && media[..t.len()].eq_ignore_ascii_case(t)
-                && matches!(media.as_bytes().get(t.len()), None | Some(b'+'))
+                && media[..t.len()].eq_ignore_ascii_case(t.as_bytes())
+                && matches!(media.get(t.len()), None | Some(b'+' | b';' | b' ' | b'\t'))
         })
     }
 }
