@@ -393,7 +393,8 @@ impl Streams {
             && request.version() == Version::HTTP_11
             && upstream_http1
             && crate::upgrade::requested(request.headers());
-        if !upgrade && !(accept && accepts_event_stream(request.headers())) {
+        let event_stream = accept && accepts_event_stream(request.headers());
+        if !upgrade && !event_stream {
             return Ok(None);
         }
         let streams = &self.upstreams[upstream];
