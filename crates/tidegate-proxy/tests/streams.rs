@@ -590,3 +590,37 @@ async fn a_silent_stream_outlives_the_read_timeout_and_ends_at_the_idle_timeout(
     );
     ledgers_agree(&proxy, UPSTREAM).await;
 }
+
+#[tokio::test]
+async fn a_stream_seen_only_on_its_response_past_the_cap_is_served_as_an_ordinary_request() {
+    let origin = StreamOrigin::start().await;
+    let mut config = fixed(origin.config(), 2);
+    config.streams.max_per_upstream = 1;
+    let proxy = TestProxy::start(config).await;
+    let mut first = open_events(&proxy).await;
+    origin.wait_opened(1).await;
+    // No `Accept: text/event-stream`: a stream only by its response's content type, with the
+    // cap full. Refusing it now would throw the upstream's answer away: it is served, holding
+    // its slot like any request.
+    let request = Request::get(proxy.url("/events")).body(empty()).unwrap();
+    let mut second = within("the second stream's headers", client().request(request))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    origin.wait_opened(2).await;
+    origin.feed(1, "data: served\n\n").await;
+    assert_eq!(next_data(second.body_mut()).await, "data: served\n\n");
+    assert_eq!(streams_total(&proxy, "over_cap").await, 1.0);
+    assert_eq!(proxy.gate(UPSTREAM).await["inflight"], 1, "its slot held");
+    assert_eq!(streams_open(&proxy).await, 1.0);
+    origin.close_feeds();
+    ends_well(&mut first).await;
+    ends_well(&mut second).await;
+    closed(&proxy, 1.0).await;
+    eventually("its slot freed at its end", || async {
+        proxy.gate(UPSTREAM).await["inflight"] == 0
+    })
+    .await;
+    let classes = ledgers_agree(&proxy, UPSTREAM).await;
+    assert_eq!(classes["ok"], 2.0);
+}
