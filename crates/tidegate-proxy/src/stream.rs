@@ -185,8 +185,8 @@ pub(crate) struct UpstreamStreams {
 }
 
 impl UpstreamStreams {
-    /// A place under the cap, or `None` when it is full (counted as refused by the caller's
-    /// choice: see [`Streams::reserve`]).
+    /// A place under the cap, or `None` when it is full (the caller counts that as it
+    /// means: refused for a request, over the cap for a response).
     fn take(self: &Arc<Self>) -> Option<Slot> {
         if self.open.inc() >= self.max {
             self.open.dec();
