@@ -167,6 +167,7 @@ fn status(shared: &Shared) -> Value {
         .list
         .iter()
         .map(|upstream| {
+            let streams = &upstream.streams;
             let gates: Vec<Value> = upstream
                 .gates
                 .iter()
@@ -214,6 +215,7 @@ fn status(shared: &Shared) -> Value {
                 "ejected_for_seconds": upstream.health.ejected_for(now).map(|n| n.as_secs_f64()),
                 "consecutive_failures": upstream.health.failures(),
                 "gates": gates,
+                "streams": { "open": streams.open(), "max": streams.max() },
             })
         })
         .collect();

@@ -73,7 +73,10 @@ pub(crate) fn duplicate_upstream(upstreams: &[UpstreamConfig]) -> Option<String>
     None
 }
 
-fn refuse<'de, D: Deserializer<'de>, T>(reason: Option<String>, value: T) -> Result<T, D::Error> {
+pub(crate) fn refuse<'de, D: Deserializer<'de>, T>(
+    reason: Option<String>,
+    value: T,
+) -> Result<T, D::Error> {
     match reason {
         Some(reason) => Err(serde::de::Error::custom(reason)),
         None => Ok(value),

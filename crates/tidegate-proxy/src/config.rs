@@ -20,6 +20,7 @@ use crate::checks;
 pub use crate::connection::ConnectionsConfig;
 use crate::dry_run::Mode;
 use crate::error::Error;
+pub use crate::stream::StreamsConfig;
 use crate::trust::Cidr;
 
 /// Everything the proxy needs. `Config::default()` plus one upstream is a working proxy.
@@ -54,6 +55,8 @@ pub struct Config {
     pub gate: GateConfig,
     /// The live page on the admin listener, `/dashboard`.
     pub dashboard: DashboardConfig,
+    /// WebSocket, event streams and other long-lived streams: their cap and idle timeout.
+    pub streams: StreamsConfig,
 }
 
 impl Default for Config {
@@ -73,6 +76,7 @@ impl Default for Config {
             ejection: EjectionConfig::default(),
             gate: GateConfig::default(),
             dashboard: DashboardConfig::default(),
+            streams: StreamsConfig::default(),
         }
     }
 }
@@ -397,6 +401,9 @@ impl Config {
                 format!("{} is not between 1 and 86400", self.dashboard.history),
             );
         }
+        if let Some((key, reason)) = self.streams.invalid() {
+            return invalid(key, reason);
+        }
         if self.ejection.max_time < self.ejection.base_time {
             return invalid(
                 "ejection.max_time",
@@ -498,11 +505,11 @@ mod priority_text {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The error with its sources, as the CLI prints it.
-    fn message(error: &Error) -> String {
+    pub(crate) fn message(error: &Error) -> String {
         let mut text = error.to_string();
         let mut source = std::error::Error::source(error);
         while let Some(cause) = source {

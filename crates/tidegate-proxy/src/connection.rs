@@ -177,6 +177,12 @@ impl Connections {
         }
     }
 
+    /// `tidegate_client_connections`, which an upgraded connection keeps counting in (and
+    /// against `connections.max`) after hyper has handed it over (`crate::upgrade`).
+    pub(crate) fn open_gauge(&self) -> Gauge {
+        self.open.clone()
+    }
+
     fn close(&self, why: Closed) {
         self.closed[why as usize].inc();
     }
@@ -205,7 +211,8 @@ impl Connections {
             }
         });
         let io = TokioIo::new(WriteDeadline::new(stream, self.write_timeout));
-        let connection = watcher.watch(self.builder.serve_connection(io, service));
+        // With upgrades: a `101` hands the socket to `crate::upgrade`.
+        let connection = watcher.watch(self.builder.serve_connection_with_upgrades(io, service));
         let mut connection = std::pin::pin!(connection);
         // A connection error is the client's business (it went away, or spoke something else
         // than HTTP): nothing to do with it but count the proxy's own reasons.

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use crate::config::{DashboardConfig, duration};
 use crate::dry_run::Reason;
 use crate::handler::Shared;
+use crate::stream::End;
 
 /// The page, served as is: HTML, CSS and JavaScript in one file, charts drawn on canvases.
 pub(crate) const PAGE: &str = include_str!("dashboard.html");
@@ -167,6 +168,19 @@ pub(crate) struct Point {
     pub(crate) upstream_ms: Option<[f64; 2]>,
     /// In the order of the answer's `gates`.
     pub(crate) gates: Vec<GatePoint>,
+    /// Long-lived streams, apart from the requests (`crate::stream`).
+    pub(crate) streams: StreamsPoint,
+}
+
+/// The streams of every upstream at one sample.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub(crate) struct StreamsPoint {
+    /// Open at the sample.
+    pub(crate) open: i64,
+    /// Ended per second, however they ended.
+    pub(crate) ended: f64,
+    /// Refused per second at `streams.max_per_upstream`.
+    pub(crate) refused: f64,
 }
 
 /// The last `capacity` points, oldest first.
@@ -320,6 +334,9 @@ struct Reading {
     gates: Vec<GatePoint>,
     e2e: Vec<u64>,
     upstream: Vec<u64>,
+    streams_open: i64,
+    streams_ended: u64,
+    streams_refused: u64,
 }
 
 impl Reading {
@@ -348,11 +365,23 @@ impl Reading {
                 overloaded: s.regulator.overloaded,
             });
         }
+        let mut streams_open = 0;
+        let mut streams_ended = 0;
+        let mut streams_refused = 0;
+        for upstream in shared.upstreams.load().list.iter() {
+            let streams = &upstream.streams;
+            streams_open += streams.open();
+            streams_ended += streams.ended_in_all();
+            streams_refused += streams.ended(End::Refused);
+        }
         Reading {
             at: shared.now(),
             tiers,
             would_shed,
             gates,
+            streams_open,
+            streams_ended,
+            streams_refused,
             e2e: shared.dashboard.e2e.read(),
             upstream: shared.dashboard.upstream.read(),
         }
@@ -406,6 +435,12 @@ impl Reading {
             e2e_ms: quantiles(&before.e2e, &self.e2e, [0.5, 0.99]),
             upstream_ms: quantiles(&before.upstream, &self.upstream, [0.5, 0.99]),
             gates: self.gates.clone(),
+            streams: StreamsPoint {
+                open: self.streams_open,
+                ended: self.streams_ended.saturating_sub(before.streams_ended) as f64 / seconds,
+                refused: self.streams_refused.saturating_sub(before.streams_refused) as f64
+                    / seconds,
+            },
         }
     }
 }
@@ -469,6 +504,7 @@ mod tests {
             e2e_ms: None,
             upstream_ms: None,
             gates: Vec::new(),
+            streams: StreamsPoint::default(),
         }
     }
 
@@ -548,6 +584,9 @@ mod tests {
                 tiers,
                 would_shed,
                 gates: Vec::new(),
+                streams_open: 0,
+                streams_ended: 0,
+                streams_refused: 0,
                 e2e: Vec::new(),
                 upstream: Vec::new(),
             }

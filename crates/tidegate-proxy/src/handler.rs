@@ -1,5 +1,6 @@
 //! One request's way through the proxy: classify, pick an upstream, pass its gate, forward,
-//! and hold the permit until the response's last byte.
+//! and hold the permit until the response's last byte (a stream's until its response headers:
+//! [`crate::stream`]).
 //!
 //! Every request ends in exactly one counted outcome. The [`Completion`] made on arrival
 //! travels with the request (into the response body when there is one) and records how it
@@ -48,6 +49,7 @@ use crate::refuse;
 use crate::reload::Reloader;
 use crate::request_body::{BodyState, RequestBody};
 use crate::stall::Stall;
+use crate::stream::{self, Streams};
 use crate::trust::{Cidr, Peer};
 use crate::upstream::{Pick, Upstream, Upstreams};
 
@@ -77,6 +79,7 @@ pub(crate) struct Shared {
     pub(crate) reload: Reloader,
     /// `trust.sources`.
     pub(crate) trusted: Vec<Cidr>,
+    pub(crate) streams: Streams,
     clock: quanta::Clock,
     epoch: quanta::Instant,
 }
@@ -96,6 +99,7 @@ impl Shared {
         on_client_gone: OnClientGone,
         dashboard: Dashboard,
         trusted: Vec<Cidr>,
+        streams: Streams,
     ) -> Shared {
         let clock = quanta::Clock::new();
         let epoch = clock.now();
@@ -115,6 +119,7 @@ impl Shared {
             draining: AtomicBool::new(false),
             dashboard,
             trusted,
+            streams,
             clock,
             epoch,
         }
@@ -127,8 +132,9 @@ impl Shared {
     }
 }
 
-/// The exchanges whose client went away, left to run until their upstream answers: the drain
-/// on shutdown waits for them as for connections, and cuts them with the connections.
+/// The exchanges whose client went away, left to run until their upstream answers (and the
+/// upgraded connections, [`crate::upgrade`]): the drain on shutdown waits for them as for
+/// connections, and cuts them with the connections.
 #[derive(Debug)]
 pub(crate) struct Abandoned {
     running: watch::Sender<usize>,
@@ -155,11 +161,21 @@ impl Abandoned {
         self.cut.send_replace(true);
     }
 
-    fn started(&self) {
+    /// How many run now.
+    pub(crate) fn running(&self) -> usize {
+        *self.running.borrow()
+    }
+
+    /// Turns true when they are cut.
+    pub(crate) fn cut_signal(&self) -> watch::Receiver<bool> {
+        self.cut.subscribe()
+    }
+
+    pub(crate) fn started(&self) {
         self.running.send_modify(|n| *n += 1);
     }
 
-    fn ended(&self) {
+    pub(crate) fn ended(&self) {
         self.running.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
@@ -168,7 +184,7 @@ impl Abandoned {
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     client: Peer,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let arrived = shared.now();
     if let Some(status) = refuse::refusal(&request) {
@@ -205,6 +221,18 @@ pub(crate) async fn handle(
         class.partition,
         arrived,
     );
+    // The streams' cap bounds a resource, as `connections.max` does: a dry run keeps it.
+    let http1_upstream = shared.forwarding.upstream_version != http::Version::HTTP_2;
+    let stream = match shared
+        .streams
+        .candidate(&mut request, &upstream.streams, http1_upstream)
+    {
+        Ok(stream) => stream,
+        Err(stream::Refused) => {
+            completion.finish(Class::Shed, None);
+            return Ok(stream::refused(shared.shed_status, shared.retry_after));
+        }
+    };
     if upstream.dry_run.load(Ordering::Relaxed) {
         completion.shadow = dry_run::judge(&upstream, class.partition, class.priority, arrived);
         return Ok(send(
@@ -213,6 +241,7 @@ pub(crate) async fn handle(
             request,
             class.priority,
             upstream,
+            stream,
             completion,
         )
         .await);
@@ -247,6 +276,7 @@ pub(crate) async fn handle(
         request,
         class.priority,
         upstream,
+        stream,
         completion,
     )
     .await)
@@ -260,6 +290,7 @@ async fn send(
     request: Request<Incoming>,
     priority: tidegate_core::Priority,
     upstream: Arc<Upstream>,
+    stream: Option<Box<stream::Candidate>>,
     mut completion: Completion,
 ) -> Response<ResponseBody> {
     completion.admitted = shared.now();
@@ -276,6 +307,10 @@ async fn send(
         upstream.target.host(),
         priority,
     );
+    if let Some(stream) = &stream {
+        stream.forward_headers(&mut parts.headers);
+    }
+    completion.stream = stream;
     let http2 = shared.forwarding.upstream_version == http::Version::HTTP_2;
     parts.uri = match upstream.target.uri(parts.uri, http2) {
         Ok(uri) => uri,
@@ -444,6 +479,8 @@ pub(crate) struct Completion {
     body: BodyState,
     /// The upstream connection, back to its pool when the response has been read whole.
     lent: Option<Lent>,
+    /// A request that may become a stream ([`crate::stream`]).
+    stream: Option<Box<stream::Candidate>>,
     finished: bool,
 }
 
@@ -467,6 +504,7 @@ impl Completion {
             client_left: None,
             body: BodyState::default(),
             lent: None,
+            stream: None,
             finished: false,
         };
         completion.upstream().gates[partition]
@@ -481,13 +519,39 @@ impl Completion {
 
     /// The upstream answered: its health is good, its lease applies, and the response goes
     /// to the client with this completion in its body.
-    fn respond(mut self, response: Response<Incoming>, lent: Lent) -> Response<ResponseBody> {
-        self.lent = Some(lent);
+    fn respond(mut self, mut response: Response<Incoming>, lent: Lent) -> Response<ResponseBody> {
+        let candidate = self.stream.take();
+        let opened = self
+            .shared
+            .streams
+            .open(&self.upstream.streams, candidate, &mut response);
         let (mut parts, body) = response.into_parts();
         self.answered(&mut parts.headers);
         forward::response_headers(&mut parts.headers, parts.version);
         let outcome = default_outcome(parts.status);
-        Response::from_parts(parts, ResponseBody::new(body, self, outcome))
+        let Some(opened) = opened else {
+            self.lent = Some(lent);
+            return Response::from_parts(parts, ResponseBody::new(body, self, outcome));
+        };
+        // A stream: its sample is the time to these headers, and its slot is free from now
+        // on (`crate::stream`).
+        self.finish(class_of(outcome), Some(outcome));
+        match opened {
+            stream::Opened::Tunnel(tunnel) => {
+                tunnel.response_headers(&mut parts.headers);
+                tunnel.start(self.shared.clone());
+                Response::from_parts(parts, ResponseBody::default())
+            }
+            stream::Opened::Body(slot) => {
+                let open = OpenStream {
+                    slot,
+                    lent,
+                    shared: self.shared.clone(),
+                    upstream: self.upstream.clone(),
+                };
+                Response::from_parts(parts, ResponseBody::stream(body, open))
+            }
+        }
     }
 
     /// The upstream answered with `headers`: its health is good and its lease applies.
@@ -676,6 +740,8 @@ impl std::fmt::Debug for Completion {
 pub(crate) struct ResponseBody {
     inner: Option<Incoming>,
     end: Option<(Completion, Outcome)>,
+    /// A stream's, instead of `end`: its place under the cap (boxed: most bodies are none).
+    stream: Option<Box<OpenStream>>,
     read_timeout: Duration,
     /// The deadline for the next frame.
     idle: Stall,
@@ -691,21 +757,42 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 impl ResponseBody {
     fn new(inner: Incoming, completion: Completion, outcome: Outcome) -> ResponseBody {
         let read_timeout = completion.shared.read_timeout;
-        let mut body = ResponseBody {
+        let body = ResponseBody {
             inner: Some(inner),
             end: Some((completion, outcome)),
+            stream: None,
             read_timeout,
             idle: Stall::default(),
         };
-        // An empty body (204, HEAD, a 0-length answer) may never be polled.
-        if body.is_end_stream() {
-            body.end(None);
+        body.ended_if_empty()
+    }
+
+    /// A stream's body: silent past `streams.idle_timeout` rather than `client.read_timeout`,
+    /// it is closed.
+    fn stream(inner: Incoming, open: OpenStream) -> ResponseBody {
+        let body = ResponseBody {
+            inner: Some(inner),
+            end: None,
+            read_timeout: open.shared.streams.idle_timeout,
+            stream: Some(Box::new(open)),
+            idle: Stall::default(),
+        };
+        body.ended_if_empty()
+    }
+
+    /// An empty body (204, HEAD, a 0-length answer) may never be polled: it ends now.
+    fn ended_if_empty(mut self) -> ResponseBody {
+        if self.is_end_stream() {
+            self.end(None);
         }
-        body
+        self
     }
 
     /// The body ended: normally, or with an upstream error (`Some(kind)`).
     fn end(&mut self, error: Option<ErrorKind>) {
+        if let Some(stream) = self.stream.take() {
+            stream.end(error);
+        }
         if let Some((mut completion, outcome)) = self.end.take() {
             match error {
                 None => {
@@ -718,6 +805,35 @@ impl ResponseBody {
                 }
             }
         }
+    }
+}
+
+/// A stream's body on its way to the client, holding its place under the cap and, over
+/// HTTP/1.1, its upstream connection (back to the pool when the body ends in good order).
+#[derive(Debug)]
+struct OpenStream {
+    slot: stream::Slot,
+    lent: Lent,
+    shared: Arc<Shared>,
+    upstream: Arc<Upstream>,
+}
+
+impl OpenStream {
+    fn end(self, error: Option<ErrorKind>) {
+        let upstream = &self.upstream;
+        let end = match error {
+            None => {
+                upstream.pool.put(self.lent);
+                stream::End::Closed
+            }
+            // Silent past the idle timeout: not the upstream's failure.
+            Some(ErrorKind::Timeout) => stream::End::Idle,
+            Some(kind) => {
+                upstream.metrics.error(kind);
+                stream::End::Error
+            }
+        };
+        self.slot.end(end);
     }
 }
 

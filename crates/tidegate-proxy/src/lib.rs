@@ -4,8 +4,9 @@
 //! Per request: classify (priority header, caller-key header, route rules) -> pick the
 //! upstream with the most availability -> pass its gate (`tidegate-tower`'s shared gate, the
 //! core's algorithms) -> forward over a pooled keep-alive client -> hold the permit until the
-//! response's last byte -> feed the limit how it went. Turned away: 503 (or 429) with
-//! `Retry-After` and `tidegate-shed: REASON`, at once or after at most the queue timeout.
+//! response's last byte (a stream's, until its headers) -> feed the limit how it went. Turned
+//! away: 503 (or 429) with `Retry-After` and `tidegate-shed: REASON`, at once or after at most
+//! the queue timeout.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), tidegate_proxy::Error> {
@@ -50,7 +51,9 @@ mod reload;
 mod request_body;
 mod server;
 mod stall;
+mod stream;
 mod trust;
+mod upgrade;
 mod upstream;
 
 pub use config::{Config, DEFAULT_CONFIG, UpstreamConfig};

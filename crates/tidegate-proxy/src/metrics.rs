@@ -16,6 +16,9 @@
 //! | `tidegate_priority_header_untrusted_total` | counter | | priority headers from clients outside `trust.sources`, not read (the request got the route's or the default priority) |
 //! | `tidegate_client_connections` | gauge | | client connections open (`crate::connection`) |
 //! | `tidegate_client_connections_closed_total` | counter | `reason` | client connections the proxy closed itself: `max_connections`, `header_timeout`, `write_timeout` |
+//! | `tidegate_streams_open` | gauge | `upstream` | streams open, or asked for and waiting for their headers (`crate::stream`, which registers the three stream metrics) |
+//! | `tidegate_streams_total` | counter | `upstream`, `outcome` | streams by how they ended: `closed`, `error`, `idle`, `cancelled`, `refused`, `over_cap` |
+//! | `tidegate_stream_duration_seconds` | histogram | `upstream` | from a stream's response headers to its end |
 //!
 //! Every handle a request touches is created at startup and kept, so that the request path
 //! does no label lookup: an observation is a few atomic operations.

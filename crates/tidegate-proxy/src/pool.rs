@@ -181,9 +181,9 @@ impl Pool {
             .await
             .map_err(|e| SendError { kind: kind_of(&e) })?;
         // The connection's own task reads and writes the socket; it ends when the upstream
-        // closes it or every sender is gone.
+        // closes it, every sender is gone, or it hands the socket over after a `101`.
         tokio::spawn(async move {
-            let _ = connection.await;
+            let _ = connection.with_upgrades().await;
         });
         Ok(sender)
     }

@@ -169,8 +169,13 @@ impl Reloader {
                     summary.kept.push(name);
                 }
                 None => {
-                    let built =
-                        Upstream::build(&applied, upstream, &running.partitions, &shared.metrics)?;
+                    let built = Upstream::build(
+                        &applied,
+                        upstream,
+                        &running.partitions,
+                        &shared.metrics,
+                        &shared.streams,
+                    )?;
                     list.push(Arc::new(built));
                     summary.added.push(name);
                 }

@@ -23,6 +23,7 @@ use crate::handler::Shared;
 use crate::metrics::ProxyMetrics;
 use crate::readings::GateReadings;
 use crate::reload::LiveGates;
+use crate::stream::Streams;
 use crate::trust::Peer;
 use crate::upstream::{Upstream, Upstreams};
 use crate::{admin, recovery};
@@ -41,7 +42,8 @@ pub struct Proxy {
 /// How a [`Proxy::run`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Drained {
-    /// Connections still busy when the drain timeout passed, and cut.
+    /// Connections still busy when the drain timeout passed, and cut (upgraded ones
+    /// included).
     pub cut: usize,
 }
 
@@ -54,11 +56,19 @@ impl Proxy {
         let metrics = ProxyMetrics::register(&mut registry);
         let clients = Connections::new(&config.connections, config.server.http2, &mut registry);
         let retry_after = duration(config.server.retry_after);
+        let streams = Streams::new(&config.streams, clients.open_gauge(), &mut registry);
         let upstreams = config
             .upstreams
             .iter()
             .map(|upstream| {
-                Upstream::build(&config, upstream, classifier.partitions(), &metrics).map(Arc::new)
+                Upstream::build(
+                    &config,
+                    upstream,
+                    classifier.partitions(),
+                    &metrics,
+                    &streams,
+                )
+                .map(Arc::new)
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let upstreams = Arc::new(ArcSwap::from_pointee(Upstreams::new(upstreams)));
@@ -87,6 +97,7 @@ impl Proxy {
             config.server.on_client_gone,
             Dashboard::new(&config.dashboard),
             config.trust.sources.clone(),
+            streams,
         );
         shared
             .reload
@@ -174,23 +185,28 @@ impl Proxy {
         }
         drop(listener);
         shared.draining.store(true, Ordering::Release);
-        // Requests whose clients went away, still at their upstreams, are in flight too.
+        // Requests whose clients went away, still at their upstreams, are in flight too, and
+        // so are the upgraded connections.
+        let tunnels = &shared.streams.tunnels;
         let drained = tokio::time::timeout(drain_timeout, async {
             graceful.shutdown().await;
             shared.abandoned.finished().await;
+            tunnels.finished().await;
         })
         .await
         .is_ok();
         let cut = if drained {
             0
         } else {
-            let cut = connections.len();
+            let cut = connections.len() + tunnels.running();
             shared.abandoned.cut();
+            tunnels.cut();
             connections.abort_all();
             cut
         };
         while connections.join_next().await.is_some() {}
         shared.abandoned.finished().await;
+        tunnels.finished().await;
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
         let _ = recovery_task.await;

@@ -178,6 +178,8 @@ pub(crate) struct Upstream {
     pub(crate) cutoff: crate::cutoff::UpstreamCutoff,
     /// `mode = "dry-run"` ([`crate::dry_run`]); a reload may change it.
     pub(crate) dry_run: std::sync::atomic::AtomicBool,
+    /// Its long-lived streams, under their own cap ([`crate::stream`]).
+    pub(crate) streams: std::sync::Arc<crate::stream::UpstreamStreams>,
 }
 
 impl Upstream {
@@ -188,6 +190,7 @@ impl Upstream {
         upstream: &UpstreamConfig,
         partitions: &[String],
         metrics: &ProxyMetrics,
+        streams: &crate::stream::Streams,
     ) -> Result<Upstream, Error> {
         let target = Target::parse(&upstream.url)?;
         let name = upstream
@@ -224,6 +227,7 @@ impl Upstream {
             health: Health::new(&name, config.ejection.clone()),
             cutoff: Default::default(),
             dry_run: (config.mode_of(upstream) == Mode::DryRun).into(),
+            streams: streams.upstream(&name),
             name,
         })
     }

@@ -1892,7 +1892,7 @@ mod tests {
         let mut a = Autotune::new(&config(20));
         let mut now = Time::ZERO;
         while now < Time::ZERO + Nanos::from_millis(150) {
-            now = now + Nanos::from_micros(50);
+            now += Nanos::from_micros(50);
             a.on_sample(&Sample {
                 now,
                 rtt: Nanos::from_millis(1),

@@ -526,7 +526,12 @@ pub(crate) async fn ledgers_agree(proxy: &TestProxy, name: &str) -> BTreeMap<Str
             outcome("rejected_regulator")
                 + outcome("rejected_queue_full")
                 + outcome("rejected_no_lease")
-                + outcome("expired"),
+                + outcome("expired")
+                // Streams refused at their cap, before the gate.
+                + metrics.sum(
+                    "tidegate_streams_total",
+                    &[("upstream", name), ("outcome", "refused")],
+                ),
         ),
     ];
     for (what, histogram, requests) in pairs {
