@@ -19,13 +19,14 @@ use tidegate_core::{Nanos, Priority};
 use crate::checks;
 pub use crate::connection::ConnectionsConfig;
 use crate::error::Error;
+pub use crate::tls::TlsConfig;
 use crate::trust::Cidr;
 
 /// Everything the proxy needs. `Config::default()` plus one upstream is a working proxy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Where clients connect (HTTP/1.1 and h2c on the same port).
+    /// Where clients connect (HTTP/1.1 and h2c on the same port, or TLS with `[tls]`).
     pub listen: SocketAddr,
     /// Where `/metrics`, `/status`, `/dashboard`, `/healthz` and `/readyz` are served.
     pub admin: SocketAddr,
@@ -40,6 +41,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// Bounds on client connections: how many, how slow, how large.
     pub connections: ConnectionsConfig,
+    /// TLS on the listener (a certificate and key) and to `https://` upstreams.
+    pub tls: TlsConfig,
     pub priority: PriorityConfig,
     /// Whose priority, caller-key and `X-Forwarded-For` headers are believed.
     pub trust: TrustConfig,
@@ -62,6 +65,7 @@ impl Default for Config {
             client: ClientConfig::default(),
             server: ServerConfig::default(),
             connections: ConnectionsConfig::default(),
+            tls: TlsConfig::default(),
             priority: PriorityConfig::default(),
             trust: TrustConfig::default(),
             routes: Vec::new(),
@@ -334,6 +338,8 @@ impl Config {
         for upstream in &self.upstreams {
             crate::upstream::Target::parse(&upstream.url)?;
         }
+        let https = self.upstreams.iter().any(|u| u.url.starts_with("https://"));
+        crate::tls::check(&self.tls, https)?;
         if let Some(reason) = checks::duplicate_upstream(&self.upstreams) {
             return invalid("upstreams", reason);
         }
@@ -558,6 +564,9 @@ mod tests {
         for key in [
             "url",
             "name",
+            "certificate",
+            "key",
+            "upstream_ca",
             "prefix",
             "tier",
             "partition",
@@ -738,9 +747,9 @@ mod tests {
         let mut config = with_upstream();
         config
             .upstreams
-            .push(UpstreamConfig::new("https://example.com"));
+            .push(UpstreamConfig::new("ftp://example.com"));
         let err = message(&config.validate().unwrap_err());
-        assert!(err.contains("https://example.com"), "{err}");
+        assert!(err.contains("ftp://example.com"), "{err}");
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod cutoff;
 mod dashboard;
 mod error;
 mod forward;
+mod grpc;
 mod handler;
 #[cfg(test)]
 mod header_props;
@@ -48,6 +49,7 @@ mod refuse;
 mod request_body;
 mod server;
 mod stall;
+mod tls;
 mod trust;
 mod upstream;
 

@@ -25,7 +25,7 @@ use crate::pool::{Pool, PoolConfig};
 use crate::readings::GateReadings;
 use crate::trust::Peer;
 use crate::upstream::{GateSlot, Health, Target, Upstream, Upstreams};
-use crate::{admin, recovery};
+use crate::{admin, recovery, tls};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
 #[derive(Debug)]
@@ -36,6 +36,8 @@ pub struct Proxy {
     drain_timeout: Duration,
     clients: Connections,
     reconnect_interval: Duration,
+    /// Reloads the listener's TLS certificate, when there is one.
+    certificates: Option<tls::Reloader>,
 }
 
 /// How a [`Proxy::run`] ended.
@@ -52,7 +54,18 @@ impl Proxy {
         let classifier = Classifier::new(&config)?;
         let mut registry = Registry::default();
         let metrics = ProxyMetrics::register(&mut registry);
-        let clients = Connections::new(&config.connections, config.server.http2, &mut registry);
+        let tls = tls::Listener::new(&config.tls, config.server.http2, &mut registry)?;
+        let certificates = tls
+            .as_ref()
+            .map(|tls| tls.reloader(duration(config.tls.reload_interval)));
+        let clients =
+            Connections::new(&config.connections, config.server.http2, tls, &mut registry);
+        let upstream_tls = config
+            .upstreams
+            .iter()
+            .any(|u| u.url.starts_with("https://"))
+            .then(|| tls::upstream_client(&config.tls, config.client.http2))
+            .transpose()?;
         let gate_config = config.effective_gate();
         let retry_after = duration(config.server.retry_after);
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
@@ -82,6 +95,17 @@ impl Proxy {
                 idle_timeout: duration(config.client.pool_idle_timeout),
                 max_idle: config.client.pool_max_idle,
                 http2: config.client.http2,
+                tls: match (&upstream_tls, target.tls()) {
+                    (Some(client), true) => Some(
+                        tls::Connector::new(client.clone(), target.hostname()).map_err(
+                            |reason| Error::Url {
+                                url: upstream.url.clone(),
+                                reason,
+                            },
+                        )?,
+                    ),
+                    _ => None,
+                },
             });
             upstreams.push(Upstream {
                 pool,
@@ -128,6 +152,7 @@ impl Proxy {
             drain_timeout: duration(config.server.drain_timeout),
             clients,
             reconnect_interval: duration(config.ejection.reconnect_interval),
+            certificates,
         })
     }
 
@@ -162,6 +187,7 @@ impl Proxy {
             drain_timeout,
             clients,
             reconnect_interval,
+            certificates,
         } = self;
         let clients = Arc::new(clients);
         let graceful = GracefulShutdown::new();
@@ -178,6 +204,8 @@ impl Proxy {
             reconnect_interval,
             admin_stop.subscribe(),
         ));
+        let certificates_task =
+            certificates.map(|reloader| tokio::spawn(reloader.run(admin_stop.subscribe())));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
@@ -222,6 +250,9 @@ impl Proxy {
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
         let _ = recovery_task.await;
+        if let Some(task) = certificates_task {
+            let _ = task.await;
+        }
         Drained { cut }
     }
 }
