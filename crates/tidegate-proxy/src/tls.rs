@@ -34,7 +34,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::pem::{Error as PemError, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Deserializer, Serialize};
 use tidegate_core::Nanos;
@@ -97,20 +97,28 @@ fn key_file<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error
 fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certificates = CertificateDer::pem_file_iter(path)
         .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| pem_error(path, "certificate", e))?;
     if certificates.is_empty() {
-        return Err(format!("{}: no PEM certificate in it", path.display()));
+        return Err(pem_error(path, "certificate", PemError::NoItemsFound));
     }
     Ok(certificates)
 }
 
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
-        rustls_pki_types::pem::Error::NoItemsFound => {
-            format!("{}: no PEM private key in it", path.display())
-        }
-        e => format!("{}: {e}", path.display()),
-    })
+    PrivateKeyDer::from_pem_file(path).map_err(|e| pem_error(path, "private key", e))
+}
+
+/// What is wrong with a PEM file, said for a person (the library's message shows the
+/// markers as byte arrays).
+fn pem_error(path: &Path, what: &str, error: PemError) -> String {
+    let path = path.display();
+    match error {
+        PemError::Io(e) => format!("cannot read {path}: {e}"),
+        PemError::NoItemsFound => format!("{path}: no PEM {what} in it"),
+        PemError::MissingSectionEnd { .. } => format!("{path}: a PEM section has no END line"),
+        PemError::IllegalSectionStart { .. } => format!("{path}: a malformed BEGIN line"),
+        e => format!("{path}: {e}"),
+    }
 }
 
 fn provider() -> Arc<CryptoProvider> {

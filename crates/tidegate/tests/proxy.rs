@@ -80,6 +80,35 @@ fn the_default_configuration_round_trips_through_config() {
 }
 
 #[test]
+fn a_certificate_file_that_does_not_load_fails_the_check_naming_file_key_and_line() {
+    let certificate = temp_file("not-a-cert.pem", "-----BEGIN CERTIFICATE-----\n%%%\n");
+    let path = temp_file(
+        "tls.toml",
+        &format!(
+            "[tls]\nreload_interval = \"5s\"\ncertificate = {:?}\n",
+            certificate.to_str().expect("UTF-8 path")
+        ),
+    );
+    let out = tidegate(&[
+        "proxy",
+        "--config",
+        path.to_str().expect("UTF-8 path"),
+        "--upstream",
+        "http://127.0.0.1:3000",
+        "--check",
+    ]);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&certificate);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("line 3") && err.contains("certificate ="),
+        "{err}"
+    );
+    assert!(err.contains("not-a-cert.pem"), "{err}");
+}
+
+#[test]
 fn flags_override_the_file() {
     let path = temp_file(
         "override.toml",
