@@ -16,6 +16,8 @@
 //! | `tidegate_priority_header_untrusted_total` | counter | | priority headers from clients outside `trust.sources`, not read (the request got the route's or the default priority) |
 //! | `tidegate_client_connections` | gauge | | client connections open (`crate::connection`) |
 //! | `tidegate_client_connections_closed_total` | counter | `reason` | client connections the proxy closed itself: `max_connections`, `header_timeout`, `write_timeout` |
+//! | `tidegate_tls_handshake_failures_total` | counter | `reason` | client TLS handshakes that failed: `error`, `timeout` (`crate::tls`) |
+//! | `tidegate_tls_reloads_total` | counter | `result` | reloads of the listener's certificate: `ok`, `failed` |
 //!
 //! Every handle a request touches is created at startup and kept, so that the request path
 //! does no label lookup: an observation is a few atomic operations.

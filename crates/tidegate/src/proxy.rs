@@ -19,6 +19,7 @@ use tidegate_proxy::{Config, DEFAULT_CONFIG, Proxy, UpstreamConfig};
 /// /healthz, /readyz.
 /// SIGTERM or SIGINT: stop accepting, let requests in flight finish (server.drain_timeout),
 /// exit 0.
+/// SIGHUP: read the TLS certificate and key again ([tls]).
 ///
 /// Examples:
 ///   tidegate proxy --upstream http://127.0.0.1:3000
@@ -29,8 +30,9 @@ use tidegate_proxy::{Config, DEFAULT_CONFIG, Proxy, UpstreamConfig};
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct ProxyArgs {
-    /// An upstream service, http://HOST:PORT[/PATH] (repeat for several: each gets its own
-    /// gate, and a request goes to the one with the most room). Replaces the file's upstreams.
+    /// An upstream service, http://HOST:PORT[/PATH] or https://... (repeat for several: each
+    /// gets its own gate, and a request goes to the one with the most room). Replaces the
+    /// file's upstreams.
     #[arg(long, value_name = "URL")]
     upstream: Vec<String>,
     /// Where clients connect, HTTP/1.1 and h2c [default: 127.0.0.1:8080]
