@@ -338,8 +338,7 @@ impl Config {
         for upstream in &self.upstreams {
             crate::upstream::Target::parse(&upstream.url)?;
         }
-        let https = self.upstreams.iter().any(|u| u.url.starts_with("https://"));
-        crate::tls::check(&self.tls, https)?;
+        crate::tls::check(&self.tls, crate::tls::any_https(&self.upstreams))?;
         if let Some(reason) = checks::duplicate_upstream(&self.upstreams) {
             return invalid("upstreams", reason);
         }

@@ -198,16 +198,12 @@ pub(crate) async fn handle(
         // The upstream said it refuses this priority for now: shed it here, before any
         // work is spent on it (docs/feedback.md).
         completion.finish(Class::Shed, None);
-        let response = cutoff_shed(&shared, rank);
-        return Ok(match grpc {
-            true => grpc::shed(
-                response,
-                grpc::Code::ResourceExhausted,
-                "cutoff",
-                CUTOFF_WAIT,
-            ),
-            false => response,
-        });
+        let mut response = cutoff_shed(&shared, rank);
+        if grpc {
+            let code = grpc::Code::ResourceExhausted;
+            response = grpc::shed(response, code, "cutoff", CUTOFF_WAIT);
+        }
+        return Ok(response);
     }
     let permit = match upstream.gates[class.partition]
         .gate
@@ -368,10 +364,10 @@ fn unavailable(shared: &Shared, now: u64, until: u64, grpc: bool) -> Response<Re
     );
     let seconds = Duration::from_nanos(shared.now().saturating_sub(now)).as_secs_f64();
     shared.metrics.unavailable.observe(seconds);
-    match grpc {
-        true => grpc::shed(response, grpc::Code::Unavailable, "no_upstream", wait),
-        false => response,
+    if grpc {
+        return grpc::shed(response, grpc::Code::Unavailable, "no_upstream", wait);
     }
+    response
 }
 
 /// How long a request shed on the upstream's cut-off is told to wait.

@@ -60,10 +60,7 @@ impl Proxy {
             .map(|tls| tls.reloader(duration(config.tls.reload_interval)));
         let clients =
             Connections::new(&config.connections, config.server.http2, tls, &mut registry);
-        let upstream_tls = config
-            .upstreams
-            .iter()
-            .any(|u| u.url.starts_with("https://"))
+        let upstream_tls = tls::any_https(&config.upstreams)
             .then(|| tls::upstream_client(&config.tls, config.client.http2))
             .transpose()?;
         let gate_config = config.effective_gate();
@@ -95,17 +92,7 @@ impl Proxy {
                 idle_timeout: duration(config.client.pool_idle_timeout),
                 max_idle: config.client.pool_max_idle,
                 http2: config.client.http2,
-                tls: match (&upstream_tls, target.tls()) {
-                    (Some(client), true) => Some(
-                        tls::Connector::new(client.clone(), target.hostname()).map_err(
-                            |reason| Error::Url {
-                                url: upstream.url.clone(),
-                                reason,
-                            },
-                        )?,
-                    ),
-                    _ => None,
-                },
+                tls: tls::Connector::for_target(upstream_tls.as_ref(), &target, &upstream.url)?,
             });
             upstreams.push(Upstream {
                 pool,

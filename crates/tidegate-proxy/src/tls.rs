@@ -41,7 +41,9 @@ use tidegate_core::Nanos;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
+use crate::config::UpstreamConfig;
 use crate::error::Error;
+use crate::upstream::Target;
 
 /// TLS for the listener and for `https://` upstreams (`[tls]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -361,19 +363,24 @@ impl Reloader {
     pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut seen = self.certificate.stamps();
         loop {
+            // The files are looked at before they are read: one written while it was read (a
+            // failed reload, or a success with the old half) differs from what was seen, and
+            // is read again at the next look. A failed pair is otherwise tried again when
+            // either file changes.
             tokio::select! {
                 _ = stop.wait_for(|stop| *stop) => return,
-                () = hung_up(&mut self.hangup) => self.certificate.reload("SIGHUP"),
+                () = hung_up(&mut self.hangup) => {
+                    seen = self.certificate.stamps();
+                    self.certificate.reload("SIGHUP");
+                }
                 () = tokio::time::sleep(self.interval), if !self.interval.is_zero() => {
-                    if self.certificate.stamps() == seen {
-                        continue;
+                    let now = self.certificate.stamps();
+                    if now != seen {
+                        seen = now;
+                        self.certificate.reload("the files changed");
                     }
-                    self.certificate.reload("the files changed");
                 }
             }
-            // Whatever the reload made of them, the files as they are now are the ones seen:
-            // a failed pair is tried again when either file changes again.
-            seen = self.certificate.stamps();
         }
     }
 }
@@ -391,6 +398,13 @@ async fn hung_up(hangup: &mut Hangup) {
 #[cfg(not(unix))]
 async fn hung_up(_: &mut Hangup) {
     std::future::pending().await
+}
+
+/// Whether any upstream is reached over TLS (`https://`).
+pub(crate) fn any_https(upstreams: &[UpstreamConfig]) -> bool {
+    upstreams
+        .iter()
+        .any(|u| Target::parse(&u.url).is_ok_and(|target| target.tls()))
 }
 
 /// The client side of TLS to `https://` upstreams: roots and ALPN, shared by every upstream.
@@ -445,12 +459,29 @@ pub(crate) struct Connector {
 }
 
 impl Connector {
-    /// For the host `host` (a DNS name or an IP address, IPv6 in brackets or not).
-    pub(crate) fn new(config: Arc<ClientConfig>, host: &str) -> Result<Connector, String> {
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let name = ServerName::try_from(host.to_owned())
-            .map_err(|e| format!("{host:?} is not a name TLS can check: {e}"))?;
-        Ok(Connector { config, name })
+    /// TLS to the upstream at `url`, parsed as `target`, if it is `https://` (`client` is then
+    /// [`upstream_client`]'s configuration).
+    pub(crate) fn for_target(
+        client: Option<&Arc<ClientConfig>>,
+        target: &Target,
+        url: &str,
+    ) -> Result<Option<Connector>, Error> {
+        let Some(config) = client.filter(|_| target.tls()) else {
+            return Ok(None);
+        };
+        // An IPv6 address is in brackets in the URL, not in a certificate.
+        let host = target
+            .hostname()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| Error::Url {
+            url: url.to_owned(),
+            reason: format!("{host:?} is not a name TLS can check: {e}"),
+        })?;
+        Ok(Some(Connector {
+            config: config.clone(),
+            name,
+        }))
     }
 
     pub(crate) async fn connect<S>(&self, io: S) -> io::Result<tokio_rustls::client::TlsStream<S>>
@@ -470,37 +501,37 @@ pub(crate) enum Stream<P, T> {
     Tls(Box<T>),
 }
 
-impl<P, T> AsyncRead for Stream<P, T>
-where
-    P: AsyncRead + Unpin,
-    T: AsyncRead + Unpin,
-{
+/// What both kinds of [`Stream`] are.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin {}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> Io for I {}
+
+impl<P: Io, T: Io> Stream<P, T> {
+    fn io(self: Pin<&mut Self>) -> Pin<&mut dyn Io> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io),
+            Stream::Tls(io) => Pin::new(&mut **io),
+        }
+    }
+}
+
+impl<P: Io, T: Io> AsyncRead for Stream<P, T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            Stream::Tls(io) => Pin::new(&mut **io).poll_read(cx, buf),
-        }
+        self.io().poll_read(cx, buf)
     }
 }
 
-impl<P, T> AsyncWrite for Stream<P, T>
-where
-    P: AsyncWrite + Unpin,
-    T: AsyncWrite + Unpin,
-{
+impl<P: Io, T: Io> AsyncWrite for Stream<P, T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            Stream::Tls(io) => Pin::new(&mut **io).poll_write(cx, buf),
-        }
+        self.io().poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -508,10 +539,7 @@ where
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
-            Stream::Tls(io) => Pin::new(&mut **io).poll_write_vectored(cx, bufs),
-        }
+        self.io().poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -522,16 +550,10 @@ where
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_flush(cx),
-            Stream::Tls(io) => Pin::new(&mut **io).poll_flush(cx),
-        }
+        self.io().poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            Stream::Tls(io) => Pin::new(&mut **io).poll_shutdown(cx),
-        }
+        self.io().poll_shutdown(cx)
     }
 }

@@ -188,12 +188,21 @@ async fn channel(endpoint: Endpoint) -> Channel {
         .unwrap()
 }
 
-async fn call(channel: &Channel, method: &'static str, what: &str) -> Result<Answer, Status> {
+/// A client on `channel`, ready for a call, and the request asking `what`.
+async fn client(
+    channel: &Channel,
+    what: &str,
+) -> (tonic::client::Grpc<Channel>, tonic::Request<Ask>) {
     let mut grpc = tonic::client::Grpc::new(channel.clone());
     grpc.ready().await.unwrap();
     let ask = tonic::Request::new(Ask {
         what: what.to_owned(),
     });
+    (grpc, ask)
+}
+
+async fn call(channel: &Channel, method: &'static str, what: &str) -> Result<Answer, Status> {
+    let (mut grpc, ask) = client(channel, what).await;
     let call = grpc.unary(
         ask,
         PathAndQuery::from_static(method),
@@ -206,11 +215,7 @@ async fn call(channel: &Channel, method: &'static str, what: &str) -> Result<Ans
 
 /// The messages of a server-streaming call, then how it ended.
 async fn stream(channel: &Channel, what: &str) -> (Vec<String>, Result<(), Status>) {
-    let mut grpc = tonic::client::Grpc::new(channel.clone());
-    grpc.ready().await.unwrap();
-    let ask = tonic::Request::new(Ask {
-        what: what.to_owned(),
-    });
+    let (mut grpc, ask) = client(channel, what).await;
     let call = grpc.server_streaming(
         ask,
         PathAndQuery::from_static("/test.Gate/Stream"),
