@@ -9,7 +9,9 @@
 # adaptive gate: Autotune limit + PIE), the same with its gate out of the way (tg-nogate),
 # nginx as a reverse proxy and haproxy; then tidegate and nginx terminating TLS (an ECDSA P-256
 # certificate made by openssl for the run), over kept-alive connections (tls) and with a new
-# connection, so a full handshake, for every request (tlsnew). On a machine with
+# connection, so a full handshake, for every request (tlsnew); and, to tell the handshake from
+# the rest of a new connection, tg-nogate and nginx with a new plain connection for every
+# request (new). On a machine with
 # two cores or more, the proxy under test runs on its own core (taskset) and the origin and wrk
 # share the others. Prints req/s, p50 and p99, the CPU the proxy used, and each proxy's req/s
 # and req/s per core of CPU relative to nginx's. On a small machine the origin and wrk can be
@@ -129,12 +131,14 @@ run nginx-tls $nginx_tls_port $nginx_tls_pid https
 # (it resumes no session).
 run tidegate-tlsnew $tls_port $tls_pid https -H "Connection: close"
 run nginx-tlsnew $nginx_tls_port $nginx_tls_pid https -H "Connection: close"
+run tg-nogate-new $bare_port $bare_pid http -H "Connection: close"
+run nginx-new $nginx_port $nginx_pid http -H "Connection: close"
 
 echo "wrk -t1 -c$conns -d${secs}s, one worker thread per proxy, $(nproc) cores"
 echo "cpu: the share of a core the proxy (for direct: the origin) used; req/s per core: req/s / cpu,"
 echo "what one worker thread of it would serve if it were the bottleneck. x nginx compares both,"
-echo "with nginx's row of the same kind (-tls, -tlsnew: nginx-tls, nginx-tlsnew)."
-awk 'function kind(row) { return (row ~ /-tls/) ? substr(row, index(row, "-")) : "" }
+echo "with nginx's row of the same kind (-tls, -tlsnew, -new: nginx-tls, nginx-tlsnew, nginx-new)."
+awk 'function kind(row) { return match(row, /-(tls|tlsnew|new)$/) ? substr(row, RSTART) : "" }
      NR == FNR { if ($1 ~ /^nginx/) { base[kind($1)] = $2; base_core[kind($1)] = $2 / $5 } next }
      FNR == 1 { printf "| %-8s | %9s | %7s | %7s | %5s | %12s | %14s | %s\n", "row", "req/s", "p50 ms", "p99 ms", "cpu", "req/s per core", "x nginx (req/s, per core)", "errors";
                 printf "|---|---:|---:|---:|---:|---:|---:|---|\n" }
