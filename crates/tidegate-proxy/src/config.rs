@@ -21,13 +21,14 @@ pub use crate::connection::ConnectionsConfig;
 use crate::dry_run::Mode;
 use crate::error::Error;
 pub use crate::stream::StreamsConfig;
+pub use crate::tls::TlsConfig;
 use crate::trust::Cidr;
 
 /// Everything the proxy needs. `Config::default()` plus one upstream is a working proxy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Where clients connect (HTTP/1.1 and h2c on the same port).
+    /// Where clients connect (HTTP/1.1 and h2c on the same port, or TLS with `[tls]`).
     pub listen: SocketAddr,
     /// Where `/metrics`, `/status`, `/dashboard`, `/healthz` and `/readyz` are served.
     pub admin: SocketAddr,
@@ -45,6 +46,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// Bounds on client connections: how many, how slow, how large.
     pub connections: ConnectionsConfig,
+    /// TLS on the listener (a certificate and key) and to `https://` upstreams.
+    pub tls: TlsConfig,
     pub priority: PriorityConfig,
     /// Whose priority, caller-key and `X-Forwarded-For` headers are believed.
     pub trust: TrustConfig,
@@ -70,6 +73,7 @@ impl Default for Config {
             client: ClientConfig::default(),
             server: ServerConfig::default(),
             connections: ConnectionsConfig::default(),
+            tls: TlsConfig::default(),
             priority: PriorityConfig::default(),
             trust: TrustConfig::default(),
             routes: Vec::new(),
@@ -347,6 +351,7 @@ impl Config {
         for upstream in &self.upstreams {
             crate::upstream::Target::parse(&upstream.url)?;
         }
+        crate::tls::check(&self.tls, crate::tls::any_https(&self.upstreams))?;
         if let Some(reason) = checks::duplicate_upstream(&self.upstreams) {
             return invalid("upstreams", reason);
         }
@@ -582,6 +587,9 @@ pub(crate) mod tests {
         for key in [
             "url",
             "name",
+            "certificate",
+            "key",
+            "upstream_ca",
             "prefix",
             "tier",
             "partition",
@@ -762,9 +770,9 @@ pub(crate) mod tests {
         let mut config = with_upstream();
         config
             .upstreams
-            .push(UpstreamConfig::new("https://example.com"));
+            .push(UpstreamConfig::new("ftp://example.com"));
         let err = message(&config.validate().unwrap_err());
-        assert!(err.contains("https://example.com"), "{err}");
+        assert!(err.contains("ftp://example.com"), "{err}");
     }
 
     #[test]

@@ -45,6 +45,7 @@ use crate::checks;
 use crate::config::duration;
 use crate::handler::{self, Shared};
 use crate::stall::Stall;
+use crate::tls;
 use crate::trust::Peer;
 
 /// The bounds of client connections (`[connections]`).
@@ -124,12 +125,15 @@ pub(crate) struct Connections {
     open: Gauge,
     /// By [`Closed`].
     closed: [Counter; 3],
+    /// TLS termination, when `[tls]` has a certificate.
+    tls: Option<tls::Listener>,
 }
 
 impl Connections {
     pub(crate) fn new(
         config: &ConnectionsConfig,
         http2: bool,
+        tls: Option<tls::Listener>,
         registry: &mut Registry,
     ) -> Connections {
         let header_read_timeout = duration(config.header_read_timeout);
@@ -174,6 +178,7 @@ impl Connections {
             write_timeout: duration(config.write_timeout),
             open,
             closed,
+            tls,
         }
     }
 
@@ -210,13 +215,23 @@ impl Connections {
                 handler::handle(shared.clone(), client.clone(), request)
             }
         });
-        let io = TokioIo::new(WriteDeadline::new(stream, self.write_timeout));
+        // The TLS handshake, if any, is part of the time to the first request head.
+        let first_head = tokio::time::Instant::now() + self.header_read_timeout;
+        let io = WriteDeadline::new(stream, self.write_timeout);
+        let io = match &self.tls {
+            None => tls::Stream::Plain(io),
+            Some(tls) => match tls.accept(io, first_head).await {
+                Some(io) => tls::Stream::Tls(Box::new(io)),
+                None => return,
+            },
+        };
+        let io = TokioIo::new(io);
         // With upgrades: a `101` hands the socket to `crate::upgrade`.
         let connection = watcher.watch(self.builder.serve_connection_with_upgrades(io, service));
         let mut connection = std::pin::pin!(connection);
         // A connection error is the client's business (it went away, or spoke something else
         // than HTTP): nothing to do with it but count the proxy's own reasons.
-        let result = match tokio::time::timeout(self.header_read_timeout, &mut connection).await {
+        let result = match tokio::time::timeout_at(first_head, &mut connection).await {
             Ok(result) => result,
             // No request yet: dropping the connection closes it.
             Err(_) if !asked.load(Ordering::Relaxed) => {

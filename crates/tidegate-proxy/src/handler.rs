@@ -43,6 +43,7 @@ use crate::config::OnClientGone;
 use crate::dashboard::Dashboard;
 use crate::dry_run;
 use crate::forward::{self, Forwarding};
+use crate::grpc;
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
 use crate::refuse;
@@ -207,11 +208,12 @@ pub(crate) async fn handle(
     if class.header_untrusted {
         shared.metrics.priority_untrusted.inc();
     }
+    let grpc = grpc::is_grpc(request.headers());
     let (pick, upstream) = {
         let upstreams = shared.upstreams.load();
         match upstreams.pick(class.partition, arrived) {
             Ok(pick) => (pick, upstreams.list[pick.upstream].clone()),
-            Err(until) => return Ok(unavailable(&shared, arrived, until)),
+            Err(until) => return Ok(unavailable(&shared, arrived, until, grpc)),
         }
     };
     let mut completion = Completion::new(
@@ -221,6 +223,7 @@ pub(crate) async fn handle(
         class.partition,
         arrived,
     );
+    completion.grpc = grpc;
     // The streams' cap bounds a resource, as `connections.max` does: a dry run keeps it.
     let http1_upstream = shared.forwarding.upstream_version != http::Version::HTTP_2;
     let stream = match shared
@@ -250,7 +253,12 @@ pub(crate) async fn handle(
         // The upstream said it refuses this priority for now: shed it here, before any
         // work is spent on it (docs/feedback.md).
         completion.finish(Class::Shed, None);
-        return Ok(cutoff_shed(&shared, rank));
+        let mut response = cutoff_shed(&shared, rank);
+        if grpc {
+            let code = grpc::Code::ResourceExhausted;
+            response = grpc::shed(response, code, "cutoff", CUTOFF_WAIT);
+        }
+        return Ok(response);
     }
     let permit = match upstream.gates[class.partition]
         .gate
@@ -266,6 +274,10 @@ pub(crate) async fn handle(
                 response.headers_mut().insert(&cutoff::HEADER, value);
             }
             completion.finish(Class::Shed, None);
+            if grpc {
+                let (code, reason) = (grpc::Code::ResourceExhausted, shed.reason().as_str());
+                response = grpc::shed(response, code, reason, shed.retry_after());
+            }
             return Ok(response);
         }
     };
@@ -417,8 +429,8 @@ impl Drop for AtUpstream {
     }
 }
 
-/// Every upstream is ejected: 503 with the time until one may be probed.
-fn unavailable(shared: &Shared, now: u64, until: u64) -> Response<ResponseBody> {
+/// Every upstream is ejected: 503 with the time until one may be probed (gRPC: UNAVAILABLE).
+fn unavailable(shared: &Shared, now: u64, until: u64, grpc: bool) -> Response<ResponseBody> {
     // `u64::MAX`: another request is probing; its answer comes within the upstream timeout.
     let wait = match until {
         u64::MAX => shared.retry_after,
@@ -434,15 +446,24 @@ fn unavailable(shared: &Shared, now: u64, until: u64) -> Response<ResponseBody> 
     );
     let seconds = Duration::from_nanos(shared.now().saturating_sub(now)).as_secs_f64();
     shared.metrics.unavailable.observe(seconds);
+    if grpc {
+        return grpc::shed(response, grpc::Code::Unavailable, "no_upstream", wait);
+    }
     response
 }
+
+/// How long a request shed on the upstream's cut-off is told to wait.
+const CUTOFF_WAIT: Duration = Duration::from_secs(1);
 
 /// A request shed on the upstream's cut-off: the shed status, `Retry-After: 1`, the reason
 /// `cutoff`, and the cut-off passed on to the caller.
 fn cutoff_shed(shared: &Shared, rank: u16) -> Response<ResponseBody> {
     let mut response = empty(shared.shed_status);
     let headers = response.headers_mut();
-    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(
+        http::header::RETRY_AFTER,
+        HeaderValue::from(CUTOFF_WAIT.as_secs()),
+    );
     headers.insert(
         tidegate_tower::error::REASON_HEADER,
         HeaderValue::from_static("cutoff"),
@@ -481,6 +502,8 @@ pub(crate) struct Completion {
     lent: Option<Lent>,
     /// A request that may become a stream ([`crate::stream`]).
     stream: Option<Box<stream::Candidate>>,
+    /// A gRPC request: its answer's `grpc-status` counts (see [`crate::grpc`]).
+    grpc: bool,
     finished: bool,
 }
 
@@ -505,6 +528,7 @@ impl Completion {
             body: BodyState::default(),
             lent: None,
             stream: None,
+            grpc: false,
             finished: false,
         };
         completion.upstream().gates[partition]
@@ -528,7 +552,10 @@ impl Completion {
         let (mut parts, body) = response.into_parts();
         self.answered(&mut parts.headers);
         forward::response_headers(&mut parts.headers, parts.version);
-        let outcome = default_outcome(parts.status);
+        let mut outcome = default_outcome(parts.status);
+        if self.grpc {
+            outcome = grpc::outcome(outcome, &parts.headers);
+        }
         let Some(opened) = opened else {
             self.lent = Some(lent);
             return Response::from_parts(parts, ResponseBody::new(body, self, outcome));
@@ -604,7 +631,11 @@ impl Completion {
                     .unwrap_or(self.arrived)
                     .saturating_sub(self.arrived);
                 let upstream_took = self.shared.now().saturating_sub(self.admitted);
-                late_outcome(response.status(), patience, upstream_took)
+                let mut outcome = default_outcome(response.status());
+                if self.grpc {
+                    outcome = grpc::outcome(outcome, response.headers());
+                }
+                late_outcome(outcome, patience, upstream_took)
             }
             Err(kind) if self.client_fault(kind).is_some() => {
                 self.finish(Class::ClientError, Some(Outcome::Ignored));
@@ -842,8 +873,8 @@ impl OpenStream {
 /// alone took the client's whole patience (it would have lost the client even with no queue);
 /// otherwise the patience went in the gate's queue, and the answer measures the upstream like
 /// any other. (As the simulator's engine does with a caller's timeout.)
-fn late_outcome(status: StatusCode, patience: u64, upstream_took: u64) -> Outcome {
-    match default_outcome(status) {
+fn late_outcome(outcome: Outcome, patience: u64, upstream_took: u64) -> Outcome {
+    match outcome {
         Outcome::Success if upstream_took >= patience => Outcome::Dropped,
         outcome => outcome,
     }
@@ -889,6 +920,13 @@ impl Body for ResponseBody {
             }
         };
         this.idle.progressed();
+        if let Some(Ok(frame)) = &frame
+            && let Some(trailers) = frame.trailers_ref()
+            && let Some((completion, outcome)) = &mut this.end
+            && completion.grpc
+        {
+            *outcome = grpc::outcome(*outcome, trailers);
+        }
         match &frame {
             None => this.end(None),
             Some(Err(_)) => this.end(Some(ErrorKind::Body)),
@@ -916,20 +954,14 @@ mod tests {
 
     #[test]
     fn a_late_answer_is_a_drop_only_if_the_upstream_alone_took_the_clients_patience() {
-        let ok = StatusCode::OK;
+        let ok = Outcome::Success;
         // Admitted at once, gone after 100 ms, answered after 300: the upstream's fault.
         assert_eq!(late_outcome(ok, 100, 300), Outcome::Dropped);
         assert_eq!(late_outcome(ok, 100, 100), Outcome::Dropped);
         // 90 ms of the 100 spent queued, answered 20 ms after admission: a healthy upstream.
         assert_eq!(late_outcome(ok, 100, 20), Outcome::Success);
-        // Other statuses keep their own meaning.
-        assert_eq!(
-            late_outcome(StatusCode::SERVICE_UNAVAILABLE, 100, 20),
-            Outcome::Dropped
-        );
-        assert_eq!(
-            late_outcome(StatusCode::INTERNAL_SERVER_ERROR, 100, 300),
-            Outcome::Ignored
-        );
+        // Other outcomes (a 503, a 500) keep their own meaning.
+        assert_eq!(late_outcome(Outcome::Dropped, 100, 20), Outcome::Dropped);
+        assert_eq!(late_outcome(Outcome::Ignored, 100, 300), Outcome::Ignored);
     }
 }

@@ -19,6 +19,8 @@
 //! | `tidegate_streams_open` | gauge | `upstream` | streams open, or asked for and waiting for their headers (`crate::stream`, which registers the three stream metrics) |
 //! | `tidegate_streams_total` | counter | `upstream`, `outcome` | streams by how they ended: `closed`, `error`, `idle`, `cancelled`, `refused`, `over_cap` |
 //! | `tidegate_stream_duration_seconds` | histogram | `upstream` | from a stream's response headers to its end |
+//! | `tidegate_tls_handshake_failures_total` | counter | `reason` | client TLS handshakes that failed: `error`, `timeout` (`crate::tls`) |
+//! | `tidegate_tls_reloads_total` | counter | `result` | reloads of the listener's certificate: `ok`, `failed` |
 //!
 //! Every handle a request touches is created at startup and kept, so that the request path
 //! does no label lookup: an observation is a few atomic operations.

@@ -23,6 +23,10 @@ use tokio::net::TcpStream;
 
 use crate::metrics::ErrorKind;
 use crate::request_body::RequestBody;
+use crate::tls;
+
+/// A connection to an upstream, over TLS for an `https://` one.
+type Upstream = tls::Stream<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
 
 /// How to reach an upstream and how long to keep its connections.
 #[derive(Debug)]
@@ -33,6 +37,8 @@ pub(crate) struct PoolConfig {
     pub(crate) idle_timeout: Duration,
     pub(crate) max_idle: usize,
     pub(crate) http2: bool,
+    /// TLS to an `https://` upstream.
+    pub(crate) tls: Option<tls::Connector>,
 }
 
 /// An upstream's connections.
@@ -161,18 +167,23 @@ impl Pool {
         self.connect().await.is_ok()
     }
 
-    async fn connect(&self) -> Result<TokioIo<TcpStream>, SendError> {
-        let connecting = TcpStream::connect(self.config.address.as_str());
-        let stream = match tokio::time::timeout(self.config.connect_timeout, connecting).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(_)) | Err(_) => {
-                return Err(SendError {
-                    kind: ErrorKind::Connect,
-                });
-            }
+    /// A new connection, its TLS handshake included, within `connect_timeout`. A failed
+    /// handshake (a certificate that does not verify) is a connection failure.
+    async fn connect(&self) -> Result<TokioIo<Upstream>, SendError> {
+        let connecting = async {
+            let stream = TcpStream::connect(self.config.address.as_str()).await?;
+            let _ = stream.set_nodelay(true);
+            Ok::<_, std::io::Error>(match &self.config.tls {
+                None => tls::Stream::Plain(stream),
+                Some(tls) => tls::Stream::Tls(Box::new(tls.connect(stream).await?)),
+            })
         };
-        let _ = stream.set_nodelay(true);
-        Ok(TokioIo::new(stream))
+        match tokio::time::timeout(self.config.connect_timeout, connecting).await {
+            Ok(Ok(stream)) => Ok(TokioIo::new(stream)),
+            Ok(Err(_)) | Err(_) => Err(SendError {
+                kind: ErrorKind::Connect,
+            }),
+        }
     }
 
     async fn connect_http1(&self) -> Result<http1::SendRequest<RequestBody>, SendError> {

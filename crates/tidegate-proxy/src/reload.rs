@@ -150,6 +150,10 @@ impl Reloader {
             ..ReloadSummary::default()
         };
         let mut list = Vec::with_capacity(applied.upstreams.len());
+        // TLS for the https:// upstreams added (the kept ones keep their connector).
+        let upstream_tls = crate::tls::any_https(&applied.upstreams)
+            .then(|| crate::tls::upstream_client(&applied.tls, applied.client.http2))
+            .transpose()?;
         // Mode changes of kept upstreams wait until nothing can fail any more.
         let mut modes = Vec::new();
         for upstream in &applied.upstreams {
@@ -175,6 +179,7 @@ impl Reloader {
                         &running.partitions,
                         &shared.metrics,
                         &shared.streams,
+                        upstream_tls.as_ref(),
                     )?;
                     list.push(Arc::new(built));
                     summary.added.push(name);

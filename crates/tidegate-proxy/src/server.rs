@@ -26,7 +26,7 @@ use crate::reload::LiveGates;
 use crate::stream::Streams;
 use crate::trust::Peer;
 use crate::upstream::{Upstream, Upstreams};
-use crate::{admin, recovery};
+use crate::{admin, recovery, tls};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
 #[derive(Debug)]
@@ -37,6 +37,8 @@ pub struct Proxy {
     drain_timeout: Duration,
     clients: Connections,
     reconnect_interval: Duration,
+    /// Reloads the listener's TLS certificate, when there is one.
+    certificates: Option<tls::Reloader>,
 }
 
 /// How a [`Proxy::run`] ended.
@@ -54,9 +56,17 @@ impl Proxy {
         let classifier = Classifier::new(&config)?;
         let mut registry = Registry::default();
         let metrics = ProxyMetrics::register(&mut registry);
-        let clients = Connections::new(&config.connections, config.server.http2, &mut registry);
+        let tls = tls::Listener::new(&config.tls, config.server.http2, &mut registry)?;
+        let certificates = tls
+            .as_ref()
+            .map(|tls| tls.reloader(duration(config.tls.reload_interval)));
+        let clients =
+            Connections::new(&config.connections, config.server.http2, tls, &mut registry);
         let retry_after = duration(config.server.retry_after);
         let streams = Streams::new(&config.streams, clients.open_gauge(), &mut registry);
+        let upstream_tls = tls::any_https(&config.upstreams)
+            .then(|| tls::upstream_client(&config.tls, config.client.http2))
+            .transpose()?;
         let upstreams = config
             .upstreams
             .iter()
@@ -67,6 +77,7 @@ impl Proxy {
                     classifier.partitions(),
                     &metrics,
                     &streams,
+                    upstream_tls.as_ref(),
                 )
                 .map(Arc::new)
             })
@@ -111,6 +122,7 @@ impl Proxy {
             drain_timeout: duration(config.server.drain_timeout),
             clients,
             reconnect_interval: duration(config.ejection.reconnect_interval),
+            certificates,
         })
     }
 
@@ -145,6 +157,7 @@ impl Proxy {
             drain_timeout,
             clients,
             reconnect_interval,
+            certificates,
         } = self;
         let clients = Arc::new(clients);
         let graceful = GracefulShutdown::new();
@@ -161,6 +174,8 @@ impl Proxy {
             reconnect_interval,
             admin_stop.subscribe(),
         ));
+        let certificates_task =
+            certificates.map(|reloader| tokio::spawn(reloader.run(admin_stop.subscribe())));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
@@ -210,6 +225,9 @@ impl Proxy {
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
         let _ = recovery_task.await;
+        if let Some(task) = certificates_task {
+            let _ = task.await;
+        }
         Drained { cut }
     }
 }

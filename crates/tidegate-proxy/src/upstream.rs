@@ -38,6 +38,8 @@ use crate::pool::{Pool, PoolConfig};
 #[derive(Clone, Debug)]
 pub(crate) struct Target {
     authority: Authority,
+    /// `https://`: TLS to the upstream.
+    tls: bool,
     host: HeaderValue,
     /// Put before every request's path; empty for none. No trailing '/'.
     base_path: String,
@@ -52,16 +54,12 @@ impl Target {
         let uri: Uri = url
             .parse()
             .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(bad(
-                    "https is not supported: tidegate speaks plain HTTP/1.1 or h2c to upstreams",
-                ));
-            }
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
             Some(other) => return Err(bad(&format!("unsupported scheme {other:?}"))),
             None => return Err(bad("expected http://HOST:PORT")),
-        }
+        };
         let authority = uri
             .authority()
             .cloned()
@@ -87,6 +85,7 @@ impl Target {
             .map_err(|_| bad("the host is not a valid Host header"))?;
         Ok(Target {
             authority,
+            tls,
             host,
             base_path,
         })
@@ -97,10 +96,23 @@ impl Target {
         self.authority.as_str()
     }
 
-    /// `host:port` to connect to, the port defaulting to 80.
+    /// `host:port` to connect to, the port defaulting to 80 (443 for `https://`).
     pub(crate) fn address(&self) -> String {
-        let port = self.authority.port_u16().unwrap_or(80);
+        let port = self
+            .authority
+            .port_u16()
+            .unwrap_or(if self.tls { 443 } else { 80 });
         format!("{}:{port}", self.authority.host())
+    }
+
+    /// Whether the upstream is reached over TLS.
+    pub(crate) fn tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The host, which TLS sends as SNI and checks the certificate for.
+    pub(crate) fn hostname(&self) -> &str {
+        self.authority.host()
     }
 
     /// The `Host` of a request that names none (HTTP/1.0).
@@ -124,7 +136,11 @@ impl Target {
         if !absolute {
             return Ok(Uri::from(path_and_query));
         }
-        parts.scheme = Some(Scheme::HTTP);
+        parts.scheme = Some(if self.tls {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        });
         parts.authority = Some(self.authority.clone());
         parts.path_and_query = Some(path_and_query);
         Ok(Uri::from_parts(parts)?)
@@ -191,6 +207,7 @@ impl Upstream {
         partitions: &[String],
         metrics: &ProxyMetrics,
         streams: &crate::stream::Streams,
+        upstream_tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
     ) -> Result<Upstream, Error> {
         let target = Target::parse(&upstream.url)?;
         let name = upstream
@@ -217,6 +234,7 @@ impl Upstream {
             idle_timeout: duration(config.client.pool_idle_timeout),
             max_idle: config.client.pool_max_idle,
             http2: config.client.http2,
+            tls: crate::tls::Connector::for_target(upstream_tls, &target, &upstream.url)?,
         });
         Ok(Upstream {
             pool,
@@ -512,9 +530,27 @@ mod tests {
     }
 
     #[test]
+    fn an_https_target_is_reached_over_tls_on_443_by_default() {
+        let target = Target::parse("https://backend.example/base").unwrap();
+        assert!(target.tls());
+        assert_eq!(target.address(), "backend.example:443");
+        assert_eq!(target.hostname(), "backend.example");
+        let uri = target.uri("/x".parse().unwrap(), true).unwrap();
+        assert_eq!(uri, "https://backend.example/base/x");
+        let plain = Target::parse("http://backend.example").unwrap();
+        assert!(!plain.tls());
+        assert_eq!(plain.address(), "backend.example:80");
+        let v6 = Target::parse("https://[::1]:8443").unwrap();
+        assert_eq!(
+            (v6.hostname(), v6.address().as_str()),
+            ("[::1]", "[::1]:8443")
+        );
+    }
+
+    #[test]
     fn bad_urls_are_named_with_the_reason() {
         for (url, reason) in [
-            ("https://a:1", "https is not supported"),
+            ("https://a:0", "port 0 is not"),
             ("ftp://a:1", "unsupported scheme"),
             ("127.0.0.1:3000", "expected http://HOST:PORT"),
             ("http://a:1/?q", "query"),

@@ -20,7 +20,8 @@ use tidegate_proxy::{Config, DEFAULT_CONFIG, Proxy, UpstreamConfig};
 /// SIGTERM or SIGINT: stop accepting, let requests in flight finish (server.drain_timeout),
 /// exit 0. SIGHUP (or POST /reload): read --config again, with the same flags, and apply its
 /// upstreams and modes; each upstream kept keeps its gate's learned limit. A bad file changes
-/// nothing (the reason is logged and in /status).
+/// nothing (the reason is logged and in /status). SIGHUP also reads the TLS certificate and key
+/// again ([tls]).
 ///
 /// Examples:
 ///   tidegate proxy --upstream http://127.0.0.1:3000
@@ -31,8 +32,9 @@ use tidegate_proxy::{Config, DEFAULT_CONFIG, Proxy, UpstreamConfig};
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct ProxyArgs {
-    /// An upstream service, http://HOST:PORT[/PATH] (repeat for several: each gets its own
-    /// gate, and a request goes to the one with the most room). Replaces the file's upstreams.
+    /// An upstream service, http://HOST:PORT[/PATH] or https://... (repeat for several: each
+    /// gets its own gate, and a request goes to the one with the most room). Replaces the
+    /// file's upstreams.
     #[arg(long, value_name = "URL")]
     upstream: Vec<String>,
     /// Where clients connect, HTTP/1.1 and h2c [default: 127.0.0.1:8080]

@@ -26,6 +26,18 @@ fn temp_file(name: &str, contents: &str) -> PathBuf {
     path
 }
 
+/// `tidegate proxy --config PATH --upstream http://127.0.0.1:3000 --check`.
+fn check(path: &std::path::Path) -> Output {
+    tidegate(&[
+        "proxy",
+        "--config",
+        path.to_str().expect("UTF-8 path"),
+        "--upstream",
+        "http://127.0.0.1:3000",
+        "--check",
+    ])
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -55,14 +67,7 @@ fn the_default_configuration_round_trips_through_config() {
     let printed = String::from_utf8(out.stdout).expect("UTF-8");
     assert!(printed.contains("[gate.limit.autotune]") && printed.contains("# "));
     let path = temp_file("default.toml", &printed);
-    let from_file = tidegate(&[
-        "proxy",
-        "--config",
-        path.to_str().expect("UTF-8 path"),
-        "--upstream",
-        "http://127.0.0.1:3000",
-        "--check",
-    ]);
+    let from_file = check(&path);
     let without_file = tidegate(&["proxy", "--upstream", "http://127.0.0.1:3000", "--check"]);
     let _ = std::fs::remove_file(&path);
     assert!(from_file.status.success(), "{}", stderr(&from_file));
@@ -77,6 +82,28 @@ fn the_default_configuration_round_trips_through_config() {
         checked.contains("url = \"http://127.0.0.1:3000\""),
         "{checked}"
     );
+}
+
+#[test]
+fn a_certificate_file_that_does_not_load_fails_the_check_naming_file_key_and_line() {
+    let certificate = temp_file("not-a-cert.pem", "-----BEGIN CERTIFICATE-----\n%%%\n");
+    let path = temp_file(
+        "tls.toml",
+        &format!(
+            "[tls]\nreload_interval = \"5s\"\ncertificate = {:?}\n",
+            certificate.to_str().expect("UTF-8 path")
+        ),
+    );
+    let out = check(&path);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&certificate);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("line 3") && err.contains("certificate ="),
+        "{err}"
+    );
+    assert!(err.contains("not-a-cert.pem"), "{err}");
 }
 
 #[test]

@@ -8,6 +8,8 @@
 )]
 #![allow(dead_code, reason = "each test binary uses a part of the helpers")]
 
+pub(crate) mod tls;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
