@@ -44,6 +44,7 @@ use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::Lent;
 use crate::refuse;
 use crate::request_body::{BodyState, RequestBody};
+use crate::shed::Refusals;
 use crate::stall::Stall;
 use crate::trust::{Cidr, Peer};
 use crate::upstream::{Pick, Upstream, Upstreams};
@@ -64,7 +65,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     pub(crate) timeout: Duration,
     pub(crate) read_timeout: Duration,
-    pub(crate) shed_status: StatusCode,
+    /// The gate's refusals, made once.
+    pub(crate) refusals: Refusals,
     pub(crate) retry_after: Duration,
     pub(crate) on_client_gone: OnClientGone,
     pub(crate) abandoned: Abandoned,
@@ -102,7 +104,7 @@ impl Shared {
             registry,
             timeout,
             read_timeout,
-            shed_status,
+            refusals: Refusals::new(shed_status, retry_after),
             retry_after,
             on_client_gone,
             abandoned: Abandoned::default(),
@@ -195,7 +197,7 @@ pub(crate) async fn handle(
         // The upstream said it refuses this priority for now: shed it here, before any
         // work is spent on it (docs/feedback.md).
         completion.finish(Class::Shed, None);
-        return Ok(cutoff_shed(&shared, rank));
+        return Ok(shared.refusals.cutoff(rank, &request));
     }
     let permit = match upstream.gates[class.partition]
         .gate
@@ -204,14 +206,8 @@ pub(crate) async fn handle(
     {
         Ok(permit) => permit,
         Err(shed) => {
-            let mut response: Response<ResponseBody> = shed.to_http_response();
-            *response.status_mut() = shared.shed_status;
-            let state = upstream.gates[class.partition].gate.snapshot().regulator;
-            if let Some(value) = cutoff::header_of(&state) {
-                response.headers_mut().insert(&cutoff::HEADER, value);
-            }
             completion.finish(Class::Shed, None);
-            return Ok(response);
+            return Ok(shared.refusals.shed(&shed, &request));
         }
     };
     completion.permit = Some(permit);
@@ -352,22 +348,6 @@ fn unavailable(shared: &Shared, now: u64, until: u64) -> Response<ResponseBody> 
     );
     let seconds = Duration::from_nanos(shared.now().saturating_sub(now)).as_secs_f64();
     shared.metrics.unavailable.observe(seconds);
-    response
-}
-
-/// A request shed on the upstream's cut-off: the shed status, `Retry-After: 1`, the reason
-/// `cutoff`, and the cut-off passed on to the caller.
-fn cutoff_shed(shared: &Shared, rank: u16) -> Response<ResponseBody> {
-    let mut response = empty(shared.shed_status);
-    let headers = response.headers_mut();
-    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    headers.insert(
-        tidegate_tower::error::REASON_HEADER,
-        HeaderValue::from_static("cutoff"),
-    );
-    if let Ok(value) = HeaderValue::from_str(&format!("rank={rank}, ttl=250ms")) {
-        headers.insert(&cutoff::HEADER, value);
-    }
     response
 }
 

@@ -47,6 +47,7 @@ mod recovery;
 mod refuse;
 mod request_body;
 mod server;
+mod shed;
 mod stall;
 mod trust;
 mod upstream;
