@@ -23,6 +23,20 @@ install_tools() {
     export PATH="$PATH:/usr/sbin"
 }
 
+# bench_start NAME: a fresh work directory in $work and an empty `pids`; on exit the processes
+# in `pids` are stopped and the directory removed.
+bench_start() {
+    work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-$1-bench.XXXXXX")"
+    pids=()
+    trap 'stop_started; rm -rf "$work"' EXIT
+}
+
+# build_tidegate: the release build of the CLI, its path in $tidegate ($root: the repository).
+build_tidegate() {
+    cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
+    tidegate="$root/target/release/tidegate"
+}
+
 # stop_started: kills the processes whose ids the calling script put in its array `pids`, and
 # waits for them (for its EXIT trap).
 stop_started() {

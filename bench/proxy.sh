@@ -79,7 +79,20 @@ haproxy_pid=$!
 for port in $origin_port $tidegate_port $bare_port $nginx_port $haproxy_port; do wait_port "$port"; done
 
 run() { # NAME PORT PID (the process whose CPU time is charged to the row)
-    wrk_row "$work/results" "$1" "http://127.0.0.1:$2/" "$3" "$secs" "$conns"
+    # A short warm-up fills the proxies' connection pools and lets the gate's limit settle.
+    "${rest_cpu[@]}" wrk -t1 -c"$conns" -d2s "http://127.0.0.1:$2/" >/dev/null
+    local before after
+    before=$(cpu_ticks "$3")
+    "${rest_cpu[@]}" wrk -t1 -c"$conns" -d"${secs}s" --latency "http://127.0.0.1:$2/" >"$work/$1.wrk"
+    after=$(cpu_ticks "$3")
+    local rps p50 p99 errors cpu
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' "$work/$1.wrk")
+    p50=$(awk '$1 == "50%" { print $2 }' "$work/$1.wrk" | to_ms)
+    p99=$(awk '$1 == "99%" { print $2 }' "$work/$1.wrk" | to_ms)
+    errors=$(awk '/Non-2xx|Socket errors/ { sub(/^ +/, ""); printf "%s; ", $0 }' "$work/$1.wrk")
+    # The share of one core the process used during the run.
+    cpu=$(awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v s="$secs" 'BEGIN { printf "%.3f", t / hz / s }')
+    echo "$1 $rps $p50 $p99 $cpu ${errors:-none}" >>"$work/results"
 }
 
 run direct $origin_port $origin_pid
@@ -92,7 +105,7 @@ echo "wrk -t1 -c$conns -d${secs}s, one worker thread per proxy, $(nproc) cores"
 echo "cpu: the share of a core the proxy (for direct: the origin) used; req/s per core: req/s / cpu,"
 echo "what one worker thread of it would serve if it were the bottleneck. x nginx compares both."
 awk 'NR == FNR { if ($1 == "nginx") { base = $2; base_core = $2 / $5 } next }
-     FNR == 1 { printf "| %-8s | %9s | %7s | %7s | %5s | %12s | %14s | %s\n", "row", "req/s", "p50 ms", "p99 ms", "cpu", "req/s per core", "x nginx (req/s, per core)", "non-2xx, errors";
+     FNR == 1 { printf "| %-8s | %9s | %7s | %7s | %5s | %12s | %14s | %s\n", "row", "req/s", "p50 ms", "p99 ms", "cpu", "req/s per core", "x nginx (req/s, per core)", "errors";
                 printf "|---|---:|---:|---:|---:|---:|---:|---|\n" }
      { core = ($5 > 0) ? $2 / $5 : 0;
        ratio = ($1 == "direct") ? "-" : sprintf("%.2f, %.2f", $2 / base, core / base_core);

@@ -26,21 +26,11 @@ set -euo pipefail
 secs="${1:-10}"
 conns="${2:-50}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-shed-bench.XXXXXX")"
-pids=()
-cleanup() {
-    stop_started
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
-
+bench_start shed
 install_tools nginx wrk curl
-
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
-tidegate="$root/target/release/tidegate"
+build_tidegate
 
 place_cpus
 
