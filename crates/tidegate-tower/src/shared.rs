@@ -383,6 +383,7 @@ impl fmt::Debug for Acquire {
 
 impl Acquire {
     /// Ends the future with `result`, handing the gate reference to the permit.
+    #[inline(always)]
     fn finish(&mut self, result: Result<Held, ShedReason>) -> Poll<Result<Permit, Shed>> {
         self.state = AcquireState::Done;
         let Some(gate) = self.gate.take() else {
