@@ -23,6 +23,20 @@ install_tools() {
     export PATH="$PATH:/usr/sbin"
 }
 
+# bench_start NAME: a fresh work directory in $work and an empty `pids`; on exit the processes
+# in `pids` are stopped and the directory removed.
+bench_start() {
+    work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-$1-bench.XXXXXX")"
+    pids=()
+    trap 'stop_started; rm -rf "$work"' EXIT
+}
+
+# build_tidegate: the release build of the CLI, its path in $tidegate ($root: the repository).
+build_tidegate() {
+    cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
+    tidegate="$root/target/release/tidegate"
+}
+
 # stop_started: kills the processes whose ids the calling script put in its array `pids`, and
 # waits for them (for its EXIT trap).
 stop_started() {
@@ -103,3 +117,27 @@ to_ms() {
 
 # cpu_ticks PID: the CPU time a process has used, in clock ticks (user + system, all threads).
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# wrk_row RESULTS NAME URL PID SECONDS CONNECTIONS: a 2 s warm-up, then wrk (one thread,
+# keep-alive) on URL for SECONDS; appends to RESULTS one line "NAME req/s p50_ms p99_ms cpu
+# non2xx errors...", cpu being the share of a core process PID used meanwhile, non2xx the share
+# of answers that were not 2xx or 3xx. Runs wrk on rest_cpu (place_cpus).
+wrk_row() {
+    local results=$1 name=$2 url=$3 pid=$4 secs=$5 conns=$6 out
+    out="$(dirname "$results")/$name.wrk"
+    # A short warm-up fills the proxies' connection pools and lets the gate's limit settle.
+    "${rest_cpu[@]}" wrk -t1 -c"$conns" -d2s "$url" >/dev/null
+    local before after
+    before=$(cpu_ticks "$pid")
+    "${rest_cpu[@]}" wrk -t1 -c"$conns" -d"${secs}s" --latency "$url" >"$out"
+    after=$(cpu_ticks "$pid")
+    local rps p50 p99 errors cpu non2xx
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
+    p50=$(awk '$1 == "50%" { print $2 }' "$out" | to_ms)
+    p99=$(awk '$1 == "99%" { print $2 }' "$out" | to_ms)
+    errors=$(awk '/Socket errors/ { sub(/^ +/, ""); printf "%s; ", $0 }' "$out")
+    non2xx=$(awk '/requests in/ { n = $1 } /Non-2xx/ { b = $NF } END { printf "%.3f", n ? b / n : 0 }' "$out")
+    # The share of one core the process used during the run.
+    cpu=$(awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v s="$secs" 'BEGIN { printf "%.3f", t / hz / s }')
+    echo "$name $rps $p50 $p99 $cpu $non2xx ${errors:-none}" >>"$results"
+}

@@ -48,11 +48,8 @@ impl UpstreamCutoff {
     }
 }
 
-/// The header a gate in `state` puts on what it sheds, if it cuts by rank.
-pub(crate) fn header_of(state: &tidegate_core::regulator::RegulatorState) -> Option<HeaderValue> {
-    let ttl = tidegate_core::Nanos::from_millis(250);
-    CutoffHeader::of(state, ttl).and_then(|h| HeaderValue::from_str(&h.to_string()).ok())
-}
+/// How long a cut-off the proxy says on its refusals holds.
+pub(crate) const TTL: tidegate_core::Nanos = tidegate_core::Nanos::from_millis(250);
 
 #[cfg(test)]
 mod tests {

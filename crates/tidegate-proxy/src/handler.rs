@@ -49,6 +49,7 @@ use crate::pool::Lent;
 use crate::refuse;
 use crate::reload::Reloader;
 use crate::request_body::{BodyState, RequestBody};
+use crate::shed::Refusals;
 use crate::stall::Stall;
 use crate::stream::{self, Streams};
 use crate::trust::{Cidr, Peer};
@@ -71,7 +72,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     pub(crate) timeout: Duration,
     pub(crate) read_timeout: Duration,
-    pub(crate) shed_status: StatusCode,
+    /// The gate's refusals, made once.
+    pub(crate) refusals: Refusals,
     pub(crate) retry_after: Duration,
     pub(crate) on_client_gone: OnClientGone,
     pub(crate) abandoned: Abandoned,
@@ -112,7 +114,7 @@ impl Shared {
             registry,
             timeout,
             read_timeout,
-            shed_status,
+            refusals: Refusals::new(shed_status, retry_after),
             retry_after,
             on_client_gone,
             abandoned: Abandoned::default(),
@@ -233,7 +235,7 @@ pub(crate) async fn handle(
         Ok(stream) => stream,
         Err(stream::Refused) => {
             completion.finish(Class::Shed, None);
-            return Ok(stream::refused(shared.shed_status, shared.retry_after));
+            return Ok(shared.refusals.streams(&request));
         }
     };
     if upstream.dry_run.load(Ordering::Relaxed) {
@@ -253,10 +255,10 @@ pub(crate) async fn handle(
         // The upstream said it refuses this priority for now: shed it here, before any
         // work is spent on it (docs/feedback.md).
         completion.finish(Class::Shed, None);
-        let mut response = cutoff_shed(&shared, rank);
+        let mut response = shared.refusals.cutoff(rank, &request);
         if grpc {
             let code = grpc::Code::ResourceExhausted;
-            response = grpc::shed(response, code, "cutoff", CUTOFF_WAIT);
+            response = grpc::shed(response, code, "cutoff", shared.retry_after);
         }
         return Ok(response);
     }
@@ -267,13 +269,8 @@ pub(crate) async fn handle(
     {
         Ok(permit) => permit,
         Err(shed) => {
-            let mut response: Response<ResponseBody> = shed.to_http_response();
-            *response.status_mut() = shared.shed_status;
-            let state = upstream.gates[class.partition].gate.snapshot().regulator;
-            if let Some(value) = cutoff::header_of(&state) {
-                response.headers_mut().insert(&cutoff::HEADER, value);
-            }
             completion.finish(Class::Shed, None);
+            let mut response = shared.refusals.shed(&shed, &request);
             if grpc {
                 let (code, reason) = (grpc::Code::ResourceExhausted, shed.reason().as_str());
                 response = grpc::shed(response, code, reason, shed.retry_after());
@@ -448,28 +445,6 @@ fn unavailable(shared: &Shared, now: u64, until: u64, grpc: bool) -> Response<Re
     shared.metrics.unavailable.observe(seconds);
     if grpc {
         return grpc::shed(response, grpc::Code::Unavailable, "no_upstream", wait);
-    }
-    response
-}
-
-/// How long a request shed on the upstream's cut-off is told to wait.
-const CUTOFF_WAIT: Duration = Duration::from_secs(1);
-
-/// A request shed on the upstream's cut-off: the shed status, `Retry-After: 1`, the reason
-/// `cutoff`, and the cut-off passed on to the caller.
-fn cutoff_shed(shared: &Shared, rank: u16) -> Response<ResponseBody> {
-    let mut response = empty(shared.shed_status);
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::RETRY_AFTER,
-        HeaderValue::from(CUTOFF_WAIT.as_secs()),
-    );
-    headers.insert(
-        tidegate_tower::error::REASON_HEADER,
-        HeaderValue::from_static("cutoff"),
-    );
-    if let Ok(value) = HeaderValue::from_str(&format!("rank={rank}, ttl=250ms")) {
-        headers.insert(&cutoff::HEADER, value);
     }
     response
 }

@@ -52,6 +52,7 @@ mod refuse;
 mod reload;
 mod request_body;
 mod server;
+mod shed;
 mod stall;
 mod stream;
 mod tls;

@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{ACCEPT, CONTENT_TYPE, UPGRADE};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
+use http::{HeaderMap, Request, Response, StatusCode, Version};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -53,7 +53,7 @@ use tidegate_core::Nanos;
 
 use crate::checks::refuse;
 use crate::config::duration;
-use crate::handler::{Abandoned, ResponseBody};
+use crate::handler::Abandoned;
 use crate::upgrade::Upgrade;
 
 /// Long-lived streams (`[streams]`).
@@ -474,21 +474,6 @@ fn accepts_event_stream(headers: &HeaderMap) -> bool {
                 .trim()
                 .eq_ignore_ascii_case("text/event-stream")
         })
-}
-
-/// The answer to a stream refused at the cap: the shed status, `Retry-After` and
-/// `tidegate-shed: streams`.
-pub(crate) fn refused(status: StatusCode, retry_after: Duration) -> Response<ResponseBody> {
-    let mut response = Response::new(ResponseBody::default());
-    *response.status_mut() = status;
-    let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
-    let headers = response.headers_mut();
-    headers.insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
-    headers.insert(
-        tidegate_tower::error::REASON_HEADER,
-        HeaderValue::from_static("streams"),
-    );
-    response
 }
 
 #[cfg(test)]

@@ -16,7 +16,9 @@ use futures_util::FutureExt;
 use http::{Request, Response};
 use http_body_util::Empty;
 use tidegate_core::Priority;
-use tidegate_core::config::GateConfig;
+use tidegate_core::config::{
+    GateConfig, LimitAlgorithm, LimitConfig, RegulatorAlgorithm, RegulatorConfig,
+};
 use tidegate_tower::{ClockSource, SharedGate, TidegateLayer};
 use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
@@ -29,16 +31,7 @@ fn uncontended(c: &mut Criterion) {
     let mut group = c.benchmark_group("uncontended/acquire+release");
     let gate = SharedGate::new(&GateConfig::default(), Duration::from_secs(1));
     let priority = Priority::default();
-    group.bench_function("tidegate", |b| {
-        b.iter(|| {
-            let permit = gate
-                .acquire(black_box(priority))
-                .now_or_never()
-                .expect("ready")
-                .expect("admitted");
-            permit.success();
-        })
-    });
+    group.bench_function("tidegate", |b| b.iter(|| acquire_release(&gate, priority)));
     // The same with tokio's clock (what a gate made in a paused runtime reads): the OS clock
     // instead of the time-stamp counter, two reads per request.
     let tokio_clock = SharedGate::with_clock(
@@ -47,14 +40,20 @@ fn uncontended(c: &mut Criterion) {
         ClockSource::Tokio,
     );
     group.bench_function("tidegate (tokio clock)", |b| {
-        b.iter(|| {
-            let permit = tokio_clock
-                .acquire(black_box(priority))
-                .now_or_never()
-                .expect("ready")
-                .expect("admitted");
-            permit.success();
-        })
+        b.iter(|| acquire_release(&tokio_clock, priority))
+    });
+    // The same machinery with the cheapest algorithms (a fixed limit, no regulator): what the
+    // sharing costs apart from what the default limit and regulator learn per request.
+    let mut limit = LimitConfig::of(LimitAlgorithm::Fixed);
+    limit.fixed.limit = 1000;
+    let fixed = GateConfig {
+        limit,
+        regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
+        ..GateConfig::default()
+    };
+    let fixed = SharedGate::new(&fixed, Duration::from_secs(1));
+    group.bench_function("tidegate (fixed limit, no regulator)", |b| {
+        b.iter(|| acquire_release(&fixed, priority))
     });
     let semaphore = Arc::new(Semaphore::new(1000));
     group.bench_function("tokio-semaphore (tower ConcurrencyLimit)", |b| {
@@ -64,6 +63,16 @@ fn uncontended(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// One request through `gate`, admitted at once and a success.
+fn acquire_release(gate: &SharedGate, priority: Priority) {
+    let permit = gate
+        .acquire(black_box(priority))
+        .now_or_never()
+        .expect("ready")
+        .expect("admitted");
+    permit.success();
 }
 
 /// The whole middleware stack around the same trivial service: poll_ready, call, response.

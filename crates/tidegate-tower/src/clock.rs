@@ -36,7 +36,9 @@ pub(crate) enum Clock {
     },
     Tsc {
         clock: quanta::Clock,
-        epoch: quanta::Instant,
+        /// The counter's raw reading at the epoch: a reading's distance from it, scaled to
+        /// nanoseconds, is the time (one multiplication, no `Duration` in between).
+        epoch: u64,
         timers: Instant,
     },
 }
@@ -54,7 +56,7 @@ impl Clock {
             };
         }
         let clock = quanta::Clock::new();
-        let epoch = clock.now();
+        let epoch = clock.raw();
         Clock::Tsc {
             clock,
             epoch,
@@ -64,11 +66,12 @@ impl Clock {
 
     /// Nanoseconds since the gate was made.
     pub(crate) fn now(&self) -> Time {
-        let elapsed = match self {
-            Clock::Tokio { epoch } => epoch.elapsed(),
-            Clock::Tsc { clock, epoch, .. } => clock.now().saturating_duration_since(*epoch),
-        };
-        Time::ZERO + Nanos::from(elapsed)
+        match self {
+            Clock::Tokio { epoch } => Time::ZERO + Nanos::from(epoch.elapsed()),
+            Clock::Tsc { clock, epoch, .. } => {
+                Time::ZERO + Nanos::from_nanos(clock.delta_as_nanos(*epoch, clock.raw()))
+            }
+        }
     }
 
     /// The tokio instant of `at`, for a timer.

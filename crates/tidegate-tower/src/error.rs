@@ -52,21 +52,30 @@ impl From<RejectReason> for ShedReason {
 pub struct Shed {
     reason: ShedReason,
     retry_after: Duration,
+    cutoff_rank: Option<u16>,
 }
 
 /// The header that carries [`ShedReason::as_str`] on a shed response.
 pub const REASON_HEADER: &str = "tidegate-shed";
 
 impl Shed {
-    pub(crate) fn new(reason: ShedReason, retry_after: Duration) -> Shed {
+    pub(crate) fn new(reason: ShedReason, retry_after: Duration, cutoff_rank: Option<u16>) -> Shed {
         Shed {
             reason,
             retry_after,
+            cutoff_rank,
         }
     }
 
     pub fn reason(&self) -> ShedReason {
         self.reason
+    }
+
+    /// The least important rank the gate's regulator still admitted when it decided (`None`
+    /// when it cut off none): what a `tidegate-cutoff` header on the refusal says, read
+    /// without locking the gate again.
+    pub fn cutoff_rank(&self) -> Option<u16> {
+        self.cutoff_rank
     }
 
     /// How long the client should wait before trying again.
@@ -111,12 +120,12 @@ mod tests {
 
     #[test]
     fn http_response_has_status_retry_after_and_reason() {
-        let shed = Shed::new(ShedReason::QueueFull, Duration::from_millis(1500));
+        let shed = Shed::new(ShedReason::QueueFull, Duration::from_millis(1500), None);
         let response: http::Response<()> = shed.to_http_response();
         assert_eq!(response.status(), http::StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[http::header::RETRY_AFTER], "2");
         assert_eq!(response.headers()[REASON_HEADER], "queue_full");
-        let zero = Shed::new(ShedReason::Expired, Duration::ZERO).to_http_response::<()>();
+        let zero = Shed::new(ShedReason::Expired, Duration::ZERO, None).to_http_response::<()>();
         assert_eq!(zero.headers()[http::header::RETRY_AFTER], "1");
         assert_eq!(
             shed.to_string(),

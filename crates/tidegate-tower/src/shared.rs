@@ -67,6 +67,9 @@ pub(crate) struct Inner {
     lending: AtomicBool,
     /// Requests that ended on a lent slot that went back to the credits, not yet recorded.
     returned: ArrayQueue<Returned>,
+    /// The regulator's cut-off rank as of the last settle ([`NO_CUTOFF`] for none), so that a
+    /// shed request carries it without a second trip through the lock.
+    cutoff_rank: AtomicU32,
     clock: Clock,
     retry_after: std::time::Duration,
     /// Time spent queued by requests admitted from the queue, in seconds.
@@ -79,6 +82,9 @@ struct Returned {
     outcome: Option<Outcome>,
     at: Time,
 }
+
+/// [`Inner::cutoff_rank`] when the regulator cuts off no rank.
+const NO_CUTOFF: u32 = u32::MAX;
 
 /// How many ended requests may wait to be recorded before a release takes the lock itself.
 const RETURNED_CAPACITY: usize = 256;
@@ -123,6 +129,7 @@ impl SharedGate {
                 next_tick: AtomicU64::new(0),
                 lending: AtomicBool::new(false),
                 returned: ArrayQueue::new(RETURNED_CAPACITY),
+                cutoff_rank: AtomicU32::new(NO_CUTOFF),
                 clock: Clock::new(clock),
                 retry_after,
                 queue_wait: Histogram::new(buckets),
@@ -281,6 +288,14 @@ impl Inner {
             .store(state.gate.may_lend() && within_limit, Ordering::Release);
         self.next_tick
             .store(state.gate.next_tick().as_nanos(), Ordering::Relaxed);
+        let cutoff = state.gate.regulator_state().cutoff_rank;
+        self.cutoff_rank
+            .store(cutoff.map_or(NO_CUTOFF, u32::from), Ordering::Relaxed);
+    }
+
+    /// The regulator's cut-off rank as of the last settle.
+    fn cutoff_rank(&self) -> Option<u16> {
+        u16::try_from(self.cutoff_rank.load(Ordering::Relaxed)).ok()
     }
 
     /// Gives the lent slots nobody took back to the core.
@@ -368,6 +383,7 @@ impl fmt::Debug for Acquire {
 
 impl Acquire {
     /// Ends the future with `result`, handing the gate reference to the permit.
+    #[inline(always)]
     fn finish(&mut self, result: Result<Held, ShedReason>) -> Poll<Result<Permit, Shed>> {
         self.state = AcquireState::Done;
         let Some(gate) = self.gate.take() else {
@@ -375,7 +391,7 @@ impl Acquire {
         };
         Poll::Ready(match result {
             Ok(held) => Ok(Permit::new(gate, held)),
-            Err(reason) => Err(Shed::new(reason, gate.retry_after)),
+            Err(reason) => Err(Shed::new(reason, gate.retry_after, gate.cutoff_rank())),
         })
     }
 }
