@@ -111,3 +111,28 @@ fn arms_are_chosen_the_same_way_in_sim_run_and_experiment() {
         }
     }
 }
+
+#[test]
+fn load_says_its_error_once() {
+    // A port nothing listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let closed = format!("http://127.0.0.1:{port}/");
+    let out = tidegate(&["load", &closed, "--rate", "50", "--duration", "30s"]);
+    let err = failed_once(&out);
+    assert!(
+        err.contains("nothing answered") && err.contains("connect_refused"),
+        "{err}"
+    );
+    let out = tidegate(&["load", "https://127.0.0.1:1/", "--rate", "50"]);
+    let err = failed_once(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(
+        err.matches("https").count(),
+        2,
+        "the URL and the scheme: {err}"
+    );
+}
