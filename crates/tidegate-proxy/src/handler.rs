@@ -240,45 +240,35 @@ pub(crate) async fn handle(
     };
     if upstream.dry_run.load(Ordering::Relaxed) {
         completion.shadow = dry_run::judge(&upstream, class.partition, class.priority, arrived);
-        return Ok(send(
-            &shared,
-            client,
-            request,
-            class.priority,
-            upstream,
-            stream,
-            completion,
-        )
-        .await);
-    }
-    if let Some(rank) = upstream.cutoff.refuses(arrived, class.priority) {
-        // The upstream said it refuses this priority for now: shed it here, before any
-        // work is spent on it (docs/feedback.md).
-        completion.finish(Class::Shed, None);
-        let mut response = shared.refusals.cutoff(rank, &request);
-        if grpc {
-            let code = grpc::Code::ResourceExhausted;
-            response = grpc::shed(response, code, "cutoff", shared.retry_after);
-        }
-        return Ok(response);
-    }
-    let permit = match upstream.gates[class.partition]
-        .gate
-        .acquire(class.priority)
-        .await
-    {
-        Ok(permit) => permit,
-        Err(shed) => {
+    } else {
+        if let Some(rank) = upstream.cutoff.refuses(arrived, class.priority) {
+            // The upstream said it refuses this priority for now: shed it here, before any
+            // work is spent on it (docs/feedback.md).
             completion.finish(Class::Shed, None);
-            let mut response = shared.refusals.shed(&shed, &request);
+            let mut response = shared.refusals.cutoff(rank, &request);
             if grpc {
-                let (code, reason) = (grpc::Code::ResourceExhausted, shed.reason().as_str());
-                response = grpc::shed(response, code, reason, shed.retry_after());
+                let code = grpc::Code::ResourceExhausted;
+                response = grpc::shed(response, code, "cutoff", shared.retry_after);
             }
             return Ok(response);
         }
-    };
-    completion.permit = Some(permit);
+        match upstream.gates[class.partition]
+            .gate
+            .acquire(class.priority)
+            .await
+        {
+            Ok(permit) => completion.permit = Some(permit),
+            Err(shed) => {
+                completion.finish(Class::Shed, None);
+                let mut response = shared.refusals.shed(&shed, &request);
+                if grpc {
+                    let (code, reason) = (grpc::Code::ResourceExhausted, shed.reason().as_str());
+                    response = grpc::shed(response, code, reason, shed.retry_after());
+                }
+                return Ok(response);
+            }
+        }
+    }
     Ok(send(
         &shared,
         client,
