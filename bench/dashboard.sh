@@ -33,8 +33,7 @@ source "$root/bench/lib.sh"
 
 install_tools nginx wrk curl
 
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
-tidegate="$root/target/release/tidegate"
+build_tidegate
 
 place_cpus
 

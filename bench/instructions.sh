@@ -23,16 +23,9 @@ fi
 rounds="$1" secs="$2" conns="$3"
 shift 3
 root="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-instructions.XXXXXX")"
-pids=()
-cleanup() {
-    stop_started
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
+bench_start instructions
 
 install_tools nginx wrk valgrind
 

@@ -38,8 +38,7 @@ if [[ -z "$src" ]]; then
 fi
 g++ -O2 -std=c++20 -o "$work/simulate" "$src" -lfmt
 
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
-tidegate="$root/target/release/tidegate"
+build_tidegate
 
 TIMEFORMAT=%R
 # Runs a command, prints its output, then its wall-clock seconds on the last line.

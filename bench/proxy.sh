@@ -23,21 +23,13 @@ set -euo pipefail
 secs="${1:-10}"
 conns="${2:-50}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-proxy-bench.XXXXXX")"
-pids=()
-cleanup() {
-    stop_started
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
+bench_start proxy
 
 install_tools nginx haproxy wrk openssl
 
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
-tidegate="$root/target/release/tidegate"
+build_tidegate
 
 place_cpus
 

@@ -42,8 +42,7 @@ trap cleanup EXIT
 source "$root/bench/lib.sh"
 install_tools curl python3
 
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
-tidegate="$root/target/release/tidegate"
+build_tidegate
 
 origin_port=18280 proxy_port=18281 admin_port=18291
 seconds=$(python3 -c "

@@ -14,26 +14,19 @@ set -euo pipefail
 secs="${1:-4}"
 conns="${2:-50}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/tidegate-syscalls.XXXXXX")"
-pids=()
-cleanup() {
-    stop_started
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
+bench_start syscalls
 
 install_tools nginx wrk strace
 
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
+build_tidegate
 
 origin_port=18480 tidegate_port=18481 nginx_port=18482 admin_port=18491
 hello_origin "$work/origin" "$origin_port"
 nginx_proxy "$work/peer" "$nginx_port" "$origin_port"
 nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
-"$root/target/release/tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
+"$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
     --listen "127.0.0.1:$tidegate_port" --admin "127.0.0.1:$admin_port" --threads 1 \
     >"$work/tidegate.log" 2>&1 & pids+=($!)
 tidegate_pid=$!

@@ -24,8 +24,7 @@ install_tools python3
 
 # Each process needs a descriptor per connection: as many as the system allows.
 ulimit -n "$(ulimit -Hn)"
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
-tidegate="$root/target/release/tidegate"
+build_tidegate
 origin_port=18380 proxy_port=18381 admin_port=18391
 
 "$tidegate" origin --listen "127.0.0.1:$origin_port" --workers 64 --work 1ms >/dev/null 2>&1 &
