@@ -235,7 +235,7 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
         (Target::P99Oracle, 6),
         (Target::P99Timeout, 5),
         (Target::Tiers, 6),
-        (Target::Settle, 30),
+        (Target::Settle, 22),
     ];
     let report = render::misses(&results, DEFAULT, usize::MAX);
     for (target, bound) in bounds {
