@@ -146,7 +146,8 @@ pub struct AutotuneConfig {
     pub max: u32,
     /// Longest measurement window: the limit moves at most once per window. A window also
     /// closes after 100 of its answers' mean rtt, so a service answering in under 5 ms is
-    /// measured faster. Default 500 ms.
+    /// measured faster, and lasts at least one smoothed rtt, so a service answering in
+    /// seconds is measured on whole answers. Default 500 ms.
     pub window: Nanos,
     /// A window closes only once it holds at least this many samples, even if `window` has
     /// passed, so that quiet services are not judged on a handful of requests. Default 10.
@@ -300,8 +301,11 @@ enum Move {
 /// from that description, stated precisely:
 ///
 /// **Windows.** Samples are grouped in windows of 500 ms, or of 100 of their answers' mean
-/// rtt if that is shorter (a service answering in 1 ms is measured every 100 ms), and at
-/// least 10 samples. Per window:
+/// rtt if that is shorter (a service answering in 1 ms is measured every 100 ms), of at
+/// least one smoothed rtt (a service answering in 2 s is measured every 2 s: in 500 ms
+/// windows of 10 answers, each window held the answers that finished first, and an
+/// exponential service of 30 workers at 3x lost two thirds of its capacity), and at least
+/// 10 samples. Per window:
 /// mean rtt of successes `r` (rtt at or beyond the known timeout counts as a drop), throughput
 /// `x` (successes per second), mean inflight at admission `q`, largest inflight, drops. A drop's
 /// rtt is never a latency measurement.
@@ -1106,7 +1110,10 @@ impl Limit for Autotune {
             || (self.successes > 0
                 && elapsed.as_nanos().saturating_mul(u64::from(self.successes))
                     >= self.success_rtt.as_nanos().saturating_mul(WINDOW_RTTS));
-        if due && self.samples >= self.config.min_window_samples {
+        // And at least one smoothed rtt: a window shorter than the answers holds only those
+        // that finished first, the short ones of a service whose work is spread.
+        let long_enough = self.srtt.is_none_or(|srtt| elapsed.as_secs_f64() >= srtt);
+        if due && long_enough && self.samples >= self.config.min_window_samples {
             self.close_window(sample.now);
         }
     }
@@ -2005,6 +2012,33 @@ mod tests {
             });
         }
         assert_eq!(a.limit(), 40);
+    }
+
+    #[test]
+    fn a_window_lasts_at_least_one_smoothed_rtt() {
+        // Answers of 2 s, 30 a second: a first window of 10 of them (the least samples),
+        // then nothing closes until 2 s have passed, however many answers arrive.
+        let mut a = past_slow_start(30);
+        let mut now = Time::ZERO;
+        let mut feed = |a: &mut Autotune, until: Nanos| {
+            while now < Time::ZERO + until {
+                now += Nanos::from_millis(33);
+                a.on_sample(&Sample {
+                    now,
+                    rtt: secs(2),
+                    inflight: 30,
+                    outcome: Outcome::Success,
+                });
+            }
+        };
+        feed(&mut a, Nanos::from_millis(600));
+        let srtt = a.srtt.expect("the first window closed");
+        assert!((srtt - 2.0).abs() < 1e-9, "{srtt}");
+        let opened = a.window_start;
+        feed(&mut a, Nanos::from_millis(2_500));
+        assert_eq!(a.window_start, opened, "closed before one rtt");
+        feed(&mut a, Nanos::from_millis(2_700));
+        assert!(a.window_start > opened, "still open after one rtt");
     }
 
     #[test]
