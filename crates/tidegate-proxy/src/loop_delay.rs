@@ -6,7 +6,9 @@
 //!
 //! - **The signal: the event loop's delay.** One probe task per worker thread wakes every
 //!   millisecond, yields, and measures how long it waited for its turn: the wait of any task
-//!   whose input has arrived, the proxy's own sojourn time, at no cost per request.
+//!   whose input has arrived, the proxy's own sojourn time, at no cost per request. It is
+//!   measured in the thread's CPU time: the work queued ahead, which reading less shortens,
+//!   and not the time the machine gave to other processes, which it does not.
 //! - **The regulator: the core's PIE**, unchanged and sans-IO ([`LoopRegulator`]), fed the
 //!   mean delay of each update interval as its queueing delay.
 //! - **The action: reading less.** A refusal still costs a read, a parse and a write (about
@@ -235,16 +237,33 @@ impl Inner {
     }
 }
 
-/// Every [`PROBE_EVERY`]: yields, and reports how long the loop made it wait for its turn.
+/// Every [`PROBE_EVERY`]: yields, and reports how long the loop made it wait for its turn,
+/// in the worker thread's CPU time when it resumes on the same thread (the work queued ahead
+/// of it; time the operating system gave to other processes is no backlog of the proxy's,
+/// and reading less would not shorten it), in wall-clock time otherwise.
 async fn probe(inner: Arc<Inner>) {
     let mut every = tokio::time::interval(PROBE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        let asked = Instant::now();
+        let (thread, asked, cpu) = (std::thread::current().id(), Instant::now(), thread_cpu());
         tokio::task::yield_now().await;
-        inner.observe(asked.elapsed());
+        let delay = if std::thread::current().id() == thread {
+            thread_cpu().saturating_sub(cpu)
+        } else {
+            asked.elapsed()
+        };
+        inner.observe(delay);
     }
+}
+
+/// The CPU time the calling thread has used.
+fn thread_cpu() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
 }
 
 thread_local! {
@@ -291,10 +310,15 @@ mod tests {
         assert_eq!(after, 0.0);
     }
 
-    /// A task that keeps the (paused) loop busy: each turn moves the clock by `stall`, as a
-    /// burst of work that long would, before letting the other tasks run.
+    /// A task that keeps the loop busy: each turn works for `stall` of CPU time, and moves
+    /// the paused clock as far (a busy loop never lets paused time advance by itself),
+    /// before letting the other tasks run.
     async fn hog(stall: Duration, running: Arc<AtomicBool>) {
         while running.load(Ordering::Relaxed) {
+            let start = thread_cpu();
+            while thread_cpu().saturating_sub(start) < stall {
+                std::hint::spin_loop();
+            }
             tokio::time::advance(stall).await;
             tokio::task::yield_now().await;
         }
@@ -320,9 +344,9 @@ mod tests {
         let _probes = loop_delay.start();
         assert_eq!(deferred_reads(&loop_delay, 200).await, 0, "an idle loop");
         let running = Arc::new(AtomicBool::new(true));
-        let stall = tokio::spawn(hog(Duration::from_millis(10), running.clone()));
-        let stalled = deferred_reads(&loop_delay, 300).await;
-        assert!(stalled > 30, "{stalled} of 300 reads deferred");
+        let stall = tokio::spawn(hog(Duration::from_millis(5), running.clone()));
+        let stalled = deferred_reads(&loop_delay, 600).await;
+        assert!(stalled > 60, "{stalled} of 600 reads deferred");
         running.store(false, Ordering::Relaxed);
         stall.await.unwrap();
         tokio::time::sleep(Duration::from_secs(3)).await;
