@@ -44,6 +44,7 @@ use tokio::net::TcpStream;
 use crate::checks;
 use crate::config::duration;
 use crate::handler::{self, Shared};
+use crate::loop_delay::LoopDelay;
 use crate::stall::Stall;
 use crate::tls;
 use crate::trust::Peer;
@@ -74,6 +75,9 @@ pub struct ConnectionsConfig {
     /// Streams the proxy may reset for a client's protocol errors before closing the
     /// connection.
     pub http2_max_local_error_reset_streams: usize,
+    /// When set, the proxy protects itself when its own CPU is the bottleneck: it reads and
+    /// accepts less while its event loop's delay is over this target (`crate::loop_delay`).
+    pub loop_delay_target: Option<Nanos>,
 }
 
 impl Default for ConnectionsConfig {
@@ -87,6 +91,7 @@ impl Default for ConnectionsConfig {
             http2_max_concurrent_streams: 128,
             http2_max_pending_accept_reset_streams: 20,
             http2_max_local_error_reset_streams: 1024,
+            loop_delay_target: None,
         }
     }
 }
@@ -127,6 +132,8 @@ pub(crate) struct Connections {
     closed: [Counter; 3],
     /// TLS termination, when `[tls]` has a certificate.
     tls: Option<tls::Listener>,
+    /// Reads and accepts held back while the proxy itself is overloaded.
+    pub(crate) loop_delay: LoopDelay,
 }
 
 impl Connections {
@@ -179,6 +186,7 @@ impl Connections {
             open,
             closed,
             tls,
+            loop_delay: LoopDelay::new(config.loop_delay_target, registry),
         }
     }
 
@@ -217,7 +225,7 @@ impl Connections {
         });
         // The TLS handshake, if any, is part of the time to the first request head.
         let first_head = tokio::time::Instant::now() + self.header_read_timeout;
-        let io = WriteDeadline::new(stream, self.write_timeout);
+        let io = WriteDeadline::new(stream, self.write_timeout, self.loop_delay.clone());
         let io = match &self.tls {
             None => tls::Stream::Plain(io),
             Some(tls) => match tls.accept(io, first_head).await {
@@ -289,20 +297,23 @@ fn is_write_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
 struct WriteStalled(Duration);
 
 /// A client socket whose writes fail once one has stayed blocked for `timeout`. The timer
-/// runs only while a write is blocked: a client that reads never costs one.
+/// runs only while a write is blocked: a client that reads never costs one. Its reads wait
+/// their turn while the proxy itself is overloaded.
 #[derive(Debug)]
 struct WriteDeadline {
     inner: TcpStream,
     timeout: Duration,
     stall: Stall,
+    loop_delay: LoopDelay,
 }
 
 impl WriteDeadline {
-    fn new(inner: TcpStream, timeout: Duration) -> WriteDeadline {
+    fn new(inner: TcpStream, timeout: Duration, loop_delay: LoopDelay) -> WriteDeadline {
         WriteDeadline {
             inner,
             timeout,
             stall: Stall::default(),
+            loop_delay,
         }
     }
 
@@ -338,7 +349,9 @@ impl AsyncRead for WriteDeadline {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        std::task::ready!(this.loop_delay.poll_read_turn(cx));
+        Pin::new(&mut this.inner).poll_read(cx, buf)
     }
 }
 

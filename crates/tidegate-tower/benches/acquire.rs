@@ -25,6 +25,17 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 
 type Body = Empty<bytes::Bytes>;
 
+/// A fixed limit of 1,000 (the semaphore's permits) and no regulator.
+fn fixed_limit() -> GateConfig {
+    let mut limit = LimitConfig::of(LimitAlgorithm::Fixed);
+    limit.fixed.limit = 1000;
+    GateConfig {
+        limit,
+        regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
+        ..GateConfig::default()
+    }
+}
+
 /// One acquire and one release, no contention: the gate with the default configuration and
 /// the semaphore under tower's `ConcurrencyLimit`.
 fn uncontended(c: &mut Criterion) {
@@ -44,14 +55,7 @@ fn uncontended(c: &mut Criterion) {
     });
     // The same machinery with the cheapest algorithms (a fixed limit, no regulator): what the
     // sharing costs apart from what the default limit and regulator learn per request.
-    let mut limit = LimitConfig::of(LimitAlgorithm::Fixed);
-    limit.fixed.limit = 1000;
-    let fixed = GateConfig {
-        limit,
-        regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
-        ..GateConfig::default()
-    };
-    let fixed = SharedGate::new(&fixed, Duration::from_secs(1));
+    let fixed = SharedGate::new(&fixed_limit(), Duration::from_secs(1));
     group.bench_function("tidegate (fixed limit, no regulator)", |b| {
         b.iter(|| acquire_release(&fixed, priority))
     });
@@ -109,20 +113,23 @@ where
 
 /// Two threads acquiring and releasing as fast as they can: time per operation of the pair,
 /// so the inverse is the throughput of both threads together.
+///
+/// The default gate's limit follows the latency it sees (about 100 ns here), and may fall
+/// below two: then one thread's arrival queues, which needs a tokio timer, and is given up
+/// at once by `now_or_never` (a cancel). The fixed-limit row never queues: the sharing alone.
 fn contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("contended-2-threads/acquire+release");
     let gate = SharedGate::new(&GateConfig::default(), Duration::from_secs(1));
     group.bench_function("tidegate", |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, {
-                let gate = gate.clone();
-                move || {
-                    if let Some(Ok(permit)) = gate.acquire(Priority::default()).now_or_never() {
-                        permit.success();
-                    }
-                }
-            })
-        })
+        b.iter_custom(|iters| two_threads(iters, gate_op(&gate)))
+    });
+    eprintln!(
+        "the default gate's limit after the contended run: {}",
+        gate.limit()
+    );
+    let fixed = SharedGate::new(&fixed_limit(), Duration::from_secs(1));
+    group.bench_function("tidegate (fixed limit, no regulator)", |b| {
+        b.iter_custom(|iters| two_threads(iters, gate_op(&fixed)))
     });
     let semaphore = Arc::new(Semaphore::new(1000));
     group.bench_function("tokio-semaphore (tower ConcurrencyLimit)", |b| {
@@ -140,13 +147,29 @@ fn contended(c: &mut Criterion) {
     group.finish();
 }
 
-/// Runs `op` `iters` times split over two threads started together; returns the wall time.
+/// One request through `gate` from a bench thread: admitted and a success, or given up.
+fn gate_op(gate: &SharedGate) -> impl Fn() + Clone + Send + 'static {
+    let gate = gate.clone();
+    move || {
+        if let Some(Ok(permit)) = gate.acquire(Priority::default()).now_or_never() {
+            permit.success();
+        }
+    }
+}
+
+/// Runs `op` `iters` times split over two threads started together, each inside a tokio
+/// runtime (for the timer of a request that queues); returns the wall time.
 fn two_threads(iters: u64, op: impl Fn() + Clone + Send + 'static) -> Duration {
     let barrier = Arc::new(Barrier::new(2));
     let threads: Vec<_> = (0..2)
         .map(|_| {
             let (barrier, op) = (barrier.clone(), op.clone());
             std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .expect("a runtime");
+                let _context = runtime.enter();
                 barrier.wait();
                 let start = Instant::now();
                 for _ in 0..iters / 2 {

@@ -14,6 +14,7 @@
 pub mod advertise;
 mod body;
 mod clock;
+mod credits;
 pub mod error;
 pub mod feedback;
 mod layer;

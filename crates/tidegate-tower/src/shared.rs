@@ -45,6 +45,7 @@ use tidegate_core::{Nanos, Priority, Time};
 use tokio::time::{Instant, Sleep};
 
 use crate::clock::{Clock, ClockSource};
+use crate::credits::Credits;
 use crate::error::{Shed, ShedReason};
 
 /// A gate shared by every task of a service: clone it freely, each clone is the same gate.
@@ -55,11 +56,10 @@ pub struct SharedGate {
 
 pub(crate) struct Inner {
     state: Mutex<State>,
-    /// Slots lent by the core and not yet taken.
-    credits: AtomicU32,
-    /// The core's in-flight count (lent slots included) after the last settle: with the
-    /// credits left when a request takes one, what that request reports as in flight.
-    settled_inflight: AtomicU32,
+    /// Slots lent by the core and not yet taken, with the core's in-flight count (lent
+    /// slots included) after the last settle: what a request that takes one reports as in
+    /// flight.
+    credits: Credits,
     /// When the core next has time-driven work, in its nanoseconds.
     next_tick: AtomicU64,
     /// Whether the core lends, as of the last settle: released slots may go back to the
@@ -124,8 +124,7 @@ impl SharedGate {
                     gate: config.build(),
                     waiters: HashMap::new(),
                 }),
-                credits: AtomicU32::new(0),
-                settled_inflight: AtomicU32::new(0),
+                credits: Credits::default(),
                 next_tick: AtomicU64::new(0),
                 lending: AtomicBool::new(false),
                 returned: ArrayQueue::new(RETURNED_CAPACITY),
@@ -153,7 +152,7 @@ impl SharedGate {
         let now = self.inner.now();
         let state = self.inner.lock();
         let mut snapshot = state.gate.snapshot(now);
-        let credits = self.inner.credits.load(Ordering::Acquire);
+        let credits = self.inner.credits.available();
         snapshot.inflight = snapshot.inflight.saturating_sub(credits);
         snapshot.lent = snapshot.lent.saturating_sub(credits);
         snapshot
@@ -223,17 +222,6 @@ impl Inner {
         now.as_nanos() >= self.next_tick.load(Ordering::Relaxed)
     }
 
-    /// Takes a lent slot, without the lock, if there is one; returns the requests in flight
-    /// counting this one.
-    fn take_credit(&self) -> Option<u32> {
-        let before = self
-            .credits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1))
-            .ok()?;
-        let settled = self.settled_inflight.load(Ordering::Relaxed);
-        Some(settled.saturating_sub(before) + 1)
-    }
-
     /// After any change to the core: delivers its decisions to the waiting requests and
     /// re-synchronises the lent slots and the next tick time.
     fn settle(&self, state: &mut State, now: Time) {
@@ -269,17 +257,13 @@ impl Inner {
         // Credits stay valid while the gate would still lend them: take them back only when a
         // queue formed, the regulator started to judge arrivals, or the limit fell below what
         // is lent. Otherwise only the newly freed slots are added.
-        if self.credits.load(Ordering::Acquire) > 0
+        if self.credits.available() > 0
             && (!state.gate.may_lend() || state.gate.inflight() > state.gate.limit())
         {
             self.reclaim_credits(state, now);
         }
         let lent = state.gate.lend(now);
-        if lent > 0 {
-            self.credits.fetch_add(lent, Ordering::AcqRel);
-        }
-        self.settled_inflight
-            .store(state.gate.inflight(), Ordering::Relaxed);
+        self.credits.settle(lent, state.gate.inflight());
         // A slot that ends may go straight back to the credits only while the gate is within
         // its limit: after the limit fell below what is in flight (a backoff, a lease), ends
         // go through the lock so that the core sees the slots leave until it is within again.
@@ -300,7 +284,7 @@ impl Inner {
 
     /// Gives the lent slots nobody took back to the core.
     fn reclaim_credits(&self, state: &mut State, now: Time) {
-        let unused = self.credits.swap(0, Ordering::AcqRel);
+        let unused = self.credits.reclaim();
         if unused > 0 {
             state.gate.reclaim(now, unused);
         }
@@ -329,7 +313,7 @@ impl Inner {
                     at: now,
                 }) {
                     Ok(()) => {
-                        self.credits.fetch_add(1, Ordering::AcqRel);
+                        self.credits.give_back();
                         return;
                     }
                     Err(full) => Held::Lent(full.permit),
@@ -408,7 +392,7 @@ impl Future for Acquire {
             AcquireState::Start => {
                 let now = gate.now();
                 if !gate.tick_due(now)
-                    && let Some(inflight) = gate.take_credit()
+                    && let Some(inflight) = gate.credits.take()
                 {
                     let permit = LentPermit::new(this.priority, now, inflight);
                     return this.finish(Ok(Held::Lent(permit)));

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The proxy-bound overload: a fast origin, offered 2x, 5x and 10x what the proxy forwards, open
+# loop, each proxy given the same small share of one core so that the other core's load
+# generator can offer ten times its capacity.
+#
+#   bench/overload.sh [SECONDS] [NICENESS]     (default: 10 s per point, nice 19)
+#
+# The handicap: each proxy runs pinned to the last core (taskset), one worker thread, at nice
+# NICENESS beside a CPU hog at nice 0 on the same core; the origin (nginx `return 200`) and
+# `tidegate load` run on the other core. Rows:
+#
+# - tidegate: the default gate, no self-protection.
+# - tidegate-loop: the same with `connections.loop_delay_target = "2ms"` (crate::loop_delay).
+# - tidegate-max-conn-32: the same with `connections.max = 32` (a connection past 32 open is
+#   closed at once, before any read).
+# - nginx-limit-conn-N: nginx proxying with `limit_conn` N per server (N = 4 and 32).
+#
+# For each proxy: its maximum (wrk, closed loop, 2 s) under the handicap, then `tidegate load`
+# at half of tidegate's maximum (the unloaded p99) and at 2, 5 and 10 times it, SECONDS each,
+# timeout 2 s. Prints per point the offered rate, successes per second and their share of the
+# proxy's maximum, the successes' p50 and p99, and the sheds, timeouts, errors and requests
+# not sent (max 10,000 in flight). A benchmark, not a test.
+set -euo pipefail
+
+secs="${1:-10}"
+niceness="${2:-19}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+bench_start overload
+install_tools nginx wrk
+build_tidegate
+place_cpus
+
+origin_port=18680 tg_port=18681 tg_admin=18691 loop_port=18682 loop_admin=18692
+conn4_port=18683 conn32_port=18684 max_port=18685 max_admin=18695
+
+# The handicap: a CPU hog at nice 0 on the proxies' core, each proxy at nice $niceness
+# beside it, so that the scheduler gives a running proxy a small share of the core (about
+# 1.4% at nice 19) in short slices, rather than whole periods off as a CPU quota would.
+"${proxy_cpu[@]}" sh -c 'while :; do :; done' & pids+=($!)
+handicapped=(nice -n "$niceness" "${proxy_cpu[@]}")
+trap 'stop_started; rm -rf "$work"' EXIT
+
+hello_origin "$work/origin" "$origin_port"
+for n in 4 32; do
+    port_var="conn${n}_port"
+    nginx_conf "$work/conn$n" "limit_conn_zone \$server_name zone=slots$n:1m;
+    upstream origin { server 127.0.0.1:$origin_port; keepalive 128; }
+    server { listen 127.0.0.1:${!port_var}; server_name bench; location / {
+        limit_conn slots$n $n;
+        proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ''; } }"
+done
+cat >"$work/loop.toml" <<CONF
+[connections]
+loop_delay_target = "2ms"
+CONF
+cat >"$work/max.toml" <<CONF
+[connections]
+max = 32
+CONF
+
+"${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
+"${handicapped[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
+    --listen "127.0.0.1:$tg_port" --admin "127.0.0.1:$tg_admin" --threads 1 \
+    >"$work/tg.log" 2>&1 & pids+=($!)
+"${handicapped[@]}" "$tidegate" proxy --config "$work/loop.toml" \
+    --upstream "http://127.0.0.1:$origin_port" \
+    --listen "127.0.0.1:$loop_port" --admin "127.0.0.1:$loop_admin" --threads 1 \
+    >"$work/loop.log" 2>&1 & pids+=($!)
+"${handicapped[@]}" "$tidegate" proxy --config "$work/max.toml" \
+    --upstream "http://127.0.0.1:$origin_port" \
+    --listen "127.0.0.1:$max_port" --admin "127.0.0.1:$max_admin" --threads 1 \
+    >"$work/max.log" 2>&1 & pids+=($!)
+"${handicapped[@]}" nginx -p "$work/conn4" -c "$work/conn4/nginx.conf" & pids+=($!)
+"${handicapped[@]}" nginx -p "$work/conn32" -c "$work/conn32/nginx.conf" & pids+=($!)
+for port in $origin_port $tg_port $loop_port $max_port $conn4_port $conn32_port; do wait_port "$port"; done
+
+# max_rate PORT: requests per second wrk gets through the proxy on PORT, closed loop.
+max_rate() {
+    "${rest_cpu[@]}" wrk -t1 -c20 -d2s "http://127.0.0.1:$1/" >/dev/null
+    "${rest_cpu[@]}" wrk -t1 -c20 -d2s "http://127.0.0.1:$1/" |
+        awk '/^Requests\/sec:/ { printf "%.0f", $2 }'
+}
+
+# point NAME PORT MAX RATE: one open-loop run at RATE; prints a table row.
+point() {
+    local name=$1 port=$2 max=$3 rate=$4 json
+    json="$work/$name-$rate.json"
+    "${rest_cpu[@]}" "$tidegate" load "http://127.0.0.1:$port/" --rate "$rate" \
+        --duration "${secs}s" --timeout 2s --json --progress never >"$json" || true
+    python3 - "$json" "$name" "$rate" "$max" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except ValueError:
+    print(f"| {sys.argv[2]} | {float(sys.argv[3]):.0f} | 0 | 0.00 | | | | all | | |"); sys.exit()
+t = (r.get("steady") or {}).get("total") or r["total"]
+secs = (r.get("steady") or {}).get("seconds") or r["run"]["duration_s"]
+name, rate, peak = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+ok = t["ok"] / secs
+lat = t["latency_ms"]
+print(f"| {name} | {rate:.0f} | {ok:.0f} | {ok / peak:.2f} | {lat['p50']:.1f} | {lat['p99']:.1f} | "
+      f"{t['shed'] / secs:.0f} | {t['timed_out'] / secs:.0f} | {t['errors'] / secs:.0f} | {t['not_sent'] / secs:.0f} |")
+PY
+}
+
+tg_max=$(max_rate $tg_port)
+echo "handicap: nice $niceness beside a nice-0 hog on core $(($(nproc) - 1)), one worker each; $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
+echo "| row | offered/s | ok/s | ok / max | p50 ms | p99 ms | shed/s | timed out/s | errors/s | not sent/s |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for row in "tidegate $tg_port" "tidegate-loop $loop_port" "tidegate-max-conn-32 $max_port" \
+    "nginx-limit-conn-4 $conn4_port" \
+    "nginx-limit-conn-32 $conn32_port"; do
+    read -r name port <<<"$row"
+    max=$(max_rate "$port")
+    echo "| $name: max (wrk -c20, closed loop) | | $max | 1.00 | | | | | | |"
+    for mult in 0.5 2 5 10; do
+        point "$name" "$port" "$max" "$(awk -v m="$tg_max" -v x="$mult" 'BEGIN { printf "%.0f", m * x }')"
+    done
+done
+echo "offered: multiples 0.5, 2, 5, 10 of tidegate's max ($tg_max/s); ok / max: of the row's own max; load after: $(uptime | sed 's/.*load average: //')"
