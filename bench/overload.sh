@@ -10,7 +10,6 @@
 # `tidegate load` run on the other core. Rows:
 #
 # - tidegate: the default gate, no self-protection.
-# - tidegate-loop: the same with `connections.loop_delay_target = "2ms"` (crate::loop_delay).
 # - tidegate-max-conn-32: the same with `connections.max = 32` (a connection past 32 open is
 #   closed at once, before any read).
 # - nginx-limit-conn-N: nginx proxying with `limit_conn` N per server (N = 4 and 32).
@@ -32,7 +31,7 @@ install_tools nginx wrk
 build_tidegate
 place_cpus
 
-origin_port=18680 tg_port=18681 tg_admin=18691 loop_port=18682 loop_admin=18692
+origin_port=18680 tg_port=18681 tg_admin=18691
 conn4_port=18683 conn32_port=18684 max_port=18685 max_admin=18695
 
 # The handicap: a CPU hog at nice 0 on the proxies' core, each proxy at nice $niceness
@@ -51,10 +50,6 @@ for n in 4 32; do
         limit_conn slots$n $n;
         proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ''; } }"
 done
-cat >"$work/loop.toml" <<CONF
-[connections]
-loop_delay_target = "2ms"
-CONF
 cat >"$work/max.toml" <<CONF
 [connections]
 max = 32
@@ -64,17 +59,13 @@ CONF
 "${handicapped[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
     --listen "127.0.0.1:$tg_port" --admin "127.0.0.1:$tg_admin" --threads 1 \
     >"$work/tg.log" 2>&1 & pids+=($!)
-"${handicapped[@]}" "$tidegate" proxy --config "$work/loop.toml" \
-    --upstream "http://127.0.0.1:$origin_port" \
-    --listen "127.0.0.1:$loop_port" --admin "127.0.0.1:$loop_admin" --threads 1 \
-    >"$work/loop.log" 2>&1 & pids+=($!)
 "${handicapped[@]}" "$tidegate" proxy --config "$work/max.toml" \
     --upstream "http://127.0.0.1:$origin_port" \
     --listen "127.0.0.1:$max_port" --admin "127.0.0.1:$max_admin" --threads 1 \
     >"$work/max.log" 2>&1 & pids+=($!)
 "${handicapped[@]}" nginx -p "$work/conn4" -c "$work/conn4/nginx.conf" & pids+=($!)
 "${handicapped[@]}" nginx -p "$work/conn32" -c "$work/conn32/nginx.conf" & pids+=($!)
-for port in $origin_port $tg_port $loop_port $max_port $conn4_port $conn32_port; do wait_port "$port"; done
+for port in $origin_port $tg_port $max_port $conn4_port $conn32_port; do wait_port "$port"; done
 
 # max_rate PORT: requests per second wrk gets through the proxy on PORT, closed loop.
 max_rate() {
@@ -109,7 +100,7 @@ tg_max=$(max_rate $tg_port)
 echo "handicap: nice $niceness beside a nice-0 hog on core $(($(nproc) - 1)), one worker each; $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
 echo "| row | offered/s | ok/s | ok / max | p50 ms | p99 ms | shed/s | timed out/s | errors/s | not sent/s |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-for row in "tidegate $tg_port" "tidegate-loop $loop_port" "tidegate-max-conn-32 $max_port" \
+for row in "tidegate $tg_port" "tidegate-max-conn-32 $max_port" \
     "nginx-limit-conn-4 $conn4_port" \
     "nginx-limit-conn-32 $conn32_port"; do
     read -r name port <<<"$row"

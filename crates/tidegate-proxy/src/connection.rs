@@ -44,7 +44,6 @@ use tokio::net::TcpStream;
 use crate::checks;
 use crate::config::duration;
 use crate::handler::{self, Shared};
-use crate::loop_delay::LoopDelay;
 use crate::stall::Stall;
 use crate::tls;
 use crate::trust::Peer;
@@ -75,9 +74,6 @@ pub struct ConnectionsConfig {
     /// Streams the proxy may reset for a client's protocol errors before closing the
     /// connection.
     pub http2_max_local_error_reset_streams: usize,
-    /// When set, the proxy protects itself when its own CPU is the bottleneck: it reads and
-    /// accepts less while its event loop's delay is over this target (`crate::loop_delay`).
-    pub loop_delay_target: Option<Nanos>,
 }
 
 impl Default for ConnectionsConfig {
@@ -91,7 +87,6 @@ impl Default for ConnectionsConfig {
             http2_max_concurrent_streams: 128,
             http2_max_pending_accept_reset_streams: 20,
             http2_max_local_error_reset_streams: 1024,
-            loop_delay_target: None,
         }
     }
 }
@@ -132,8 +127,6 @@ pub(crate) struct Connections {
     closed: [Counter; 3],
     /// TLS termination, when `[tls]` has a certificate.
     tls: Option<tls::Listener>,
-    /// Reads and accepts held back while the proxy itself is overloaded.
-    pub(crate) loop_delay: LoopDelay,
 }
 
 impl Connections {
@@ -186,7 +179,6 @@ impl Connections {
             open,
             closed,
             tls,
-            loop_delay: LoopDelay::new(config.loop_delay_target, registry),
         }
     }
 
@@ -225,7 +217,7 @@ impl Connections {
         });
         // The TLS handshake, if any, is part of the time to the first request head.
         let first_head = tokio::time::Instant::now() + self.header_read_timeout;
-        let io = WriteDeadline::new(stream, self.write_timeout, self.loop_delay.clone());
+        let io = WriteDeadline::new(stream, self.write_timeout);
         let io = match &self.tls {
             None => tls::Stream::Plain(io),
             Some(tls) => match tls.accept(io, first_head).await {
@@ -297,23 +289,20 @@ fn is_write_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
 struct WriteStalled(Duration);
 
 /// A client socket whose writes fail once one has stayed blocked for `timeout`. The timer
-/// runs only while a write is blocked: a client that reads never costs one. Its reads wait
-/// their turn while the proxy itself is overloaded.
+/// runs only while a write is blocked: a client that reads never costs one.
 #[derive(Debug)]
 struct WriteDeadline {
     inner: TcpStream,
     timeout: Duration,
     stall: Stall,
-    loop_delay: LoopDelay,
 }
 
 impl WriteDeadline {
-    fn new(inner: TcpStream, timeout: Duration, loop_delay: LoopDelay) -> WriteDeadline {
+    fn new(inner: TcpStream, timeout: Duration) -> WriteDeadline {
         WriteDeadline {
             inner,
             timeout,
             stall: Stall::default(),
-            loop_delay,
         }
     }
 
@@ -349,9 +338,7 @@ impl AsyncRead for WriteDeadline {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        std::task::ready!(this.loop_delay.poll_read_turn(cx));
-        Pin::new(&mut this.inner).poll_read(cx, buf)
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
     }
 }
 

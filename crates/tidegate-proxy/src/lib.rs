@@ -44,7 +44,6 @@ mod grpc;
 mod handler;
 #[cfg(test)]
 mod header_props;
-mod loop_delay;
 mod metrics;
 mod pool;
 mod readings;

@@ -177,16 +177,12 @@ impl Proxy {
         let certificates_task =
             certificates.map(|reloader| tokio::spawn(reloader.run(admin_stop.subscribe())));
         let mut shutdown = std::pin::pin!(shutdown);
-        let _probes = clients.loop_delay.start();
         loop {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 Some(_) = connections.join_next() => {}
-                accepted = async {
-                    clients.loop_delay.accept_turn().await;
-                    listener.accept().await
-                } => match accepted {
+                accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let client = Peer::new(peer.ip(), &shared.trusted);
                         connections.spawn(clients.clone().serve(
