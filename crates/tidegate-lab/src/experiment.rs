@@ -373,6 +373,7 @@ async fn run_real(
         seed: scenario.seed,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         call: None,
+        call_feedback: true,
     })
     .await?;
     let front = match arm.kind {

@@ -77,6 +77,9 @@ pub struct OriginConfig {
     pub listen: SocketAddr,
     /// The next hop each request calls once its work is done, if any.
     pub call: Option<http::Uri>,
+    /// Whether those calls honour the next hop's `tidegate-cutoff` and pass it on. Default
+    /// true.
+    pub call_feedback: bool,
 }
 
 impl OriginConfig {
@@ -88,6 +91,7 @@ impl OriginConfig {
             seed: 1,
             listen,
             call: None,
+            call_feedback: true,
         }
     }
 }
@@ -199,7 +203,8 @@ impl Origin {
             instances,
         } = self;
         let engine = Engine::new(config.service, config.lease.as_ref(), config.seed);
-        let next = Arc::new(config.call.map(NextHop::new));
+        let feedback = config.call_feedback;
+        let next = Arc::new(config.call.map(|url| NextHop::new(url, feedback)));
         let (commands, receiver) = mpsc::channel();
         std::thread::Builder::new()
             .name("tidegate-origin-model".to_owned())

@@ -139,6 +139,25 @@ async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_feedback_everything_is_sent_and_nothing_passed_on() {
+    let (hop, seen) = next_hop().await;
+    let mut config = OriginConfig::new(ServiceConfig::default(), "127.0.0.1:0".parse().unwrap());
+    config.call = Some(format!("http://{hop}/b").parse().unwrap());
+    config.call_feedback = false;
+    let origin = Origin::bind(config).await.unwrap();
+    let addr = origin.addr();
+    let (_stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(origin.run(async {
+        let _ = stopped.await;
+    }));
+    for _ in 0..2 {
+        let (status, cutoff, body) = get(addr, "/a", "2/0").await;
+        assert_eq!((status, cutoff), (StatusCode::BAD_GATEWAY, None), "{body}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_next_hop_that_is_not_there_fails_the_chain() {
     // A port nobody listens on: bind, read the address, close.
     let gone = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -102,6 +102,10 @@ pub(crate) struct OriginArgs {
     /// it refuses are not sent: 503) and passed back on this origin's responses.
     #[arg(long, value_name = "URL", value_parser = parse_call)]
     call: Option<http::Uri>,
+    /// With --call: ignore the next hop's tidegate-cutoff (send everything, pass nothing
+    /// on), for a chain without the feedback to compare with.
+    #[arg(long, requires = "call")]
+    ignore_cutoff: bool,
 }
 
 fn parse_call(s: &str) -> Result<http::Uri, String> {
@@ -303,6 +307,7 @@ pub(crate) fn origin(args: OriginArgs) -> anyhow::Result<()> {
         seed: args.seed,
         listen: args.listen,
         call: args.call.clone(),
+        call_feedback: !args.ignore_cutoff,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -46,17 +46,21 @@ pub(crate) struct NextHop {
     url: Uri,
     client: Client<HttpConnector, Empty<Bytes>>,
     feedback: Mutex<Feedback>,
+    /// Whether to hold back what the cut-off refuses and pass it on (off: the chain without
+    /// feedback, to compare with).
+    honour_cutoff: bool,
     started: Instant,
     /// Calls by how they ended: ok, held back, failed.
     ended: [AtomicU64; 3],
 }
 
 impl NextHop {
-    pub(crate) fn new(url: Uri) -> NextHop {
+    pub(crate) fn new(url: Uri, honour_cutoff: bool) -> NextHop {
         NextHop {
             url,
             client: Client::builder(TokioExecutor::new()).build_http(),
             feedback: Mutex::new(Feedback::default()),
+            honour_cutoff,
             started: Instant::now(),
             ended: Default::default(),
         }
@@ -84,7 +88,7 @@ impl NextHop {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<Priority>().ok())
             .unwrap_or_default();
-        if self.feedback().refuses(self.now(), priority) {
+        if self.honour_cutoff && self.feedback().refuses(self.now(), priority) {
             return Called::HeldBack;
         }
         let mut request = Request::get(self.url.clone());
@@ -113,6 +117,9 @@ impl NextHop {
 
     /// The next hop's cut-off this hop holds, to say on its own response.
     pub(crate) fn cutoff(&self) -> Option<HeaderValue> {
+        if !self.honour_cutoff {
+            return None;
+        }
         let now = self.now();
         let hint = self.feedback().hint(now)?;
         let header = CutoffHeader {
