@@ -33,9 +33,9 @@ bench_start chain-lab
 build_tidegate
 base=$((20000 + RANDOM % 20000))
 
-# proxy_config NAME PORT ADMIN UPSTREAM...: a proxy's file; the cohort from the caller key
-# (the same salt everywhere).
-proxy_config() {
+# start_proxy NAME PORT ADMIN UPSTREAM...: writes a proxy's file (the cohort from the caller
+# key, the same salt everywhere) and starts it.
+start_proxy() {
     local name=$1 port=$2 admin=$3
     shift 3
     {
@@ -53,6 +53,16 @@ proxy_config() {
             echo "url = \"http://127.0.0.1:$upstream\""
         done
     } >"$work/$name.toml"
+    "$tidegate" proxy --config "$work/$name.toml" --log-level warn >"$work/$name.log" 2>&1 &
+    pids+=($!)
+}
+
+# start_origin NAME PORT ARG...: starts an origin on PORT with ARGs.
+start_origin() {
+    local name=$1 port=$2
+    shift 2
+    "$tidegate" origin --listen "127.0.0.1:$port" "$@" >"$work/$name.log" 2>&1 &
+    pids+=($!)
 }
 
 # scrape PORT SERIES: a series' value on an origin's /metrics (0 when absent).
@@ -78,32 +88,22 @@ run_arm() {
     local b_origins=() b_proxies=() a_origins=() a_proxies=()
     pids=()
     for i in 0 1 2; do
-        port=$((base + i))
-        "$tidegate" origin --listen "127.0.0.1:$port" --workers "$workers" --work "${work_ms}ms" \
-            --change "${drop}s:work=$((2 * work_ms))ms" --seed $((i + 1)) >"$work/b-origin-$i.log" 2>&1 &
-        pids+=($!)
-        b_origins+=("$port")
+        b_origins+=($((base + i)))
+        start_origin "b-origin-$i" "${b_origins[i]}" --workers "$workers" --work "${work_ms}ms" \
+            --change "${drop}s:work=$((2 * work_ms))ms" --seed $((i + 1))
     done
     for i in 0 1 2; do
-        port=$((base + 10 + i))
-        proxy_config "b-proxy-$i" "$port" $((base + 20 + i)) "${b_origins[@]}"
-        "$tidegate" proxy --config "$work/b-proxy-$i.toml" --log-level warn >"$work/b-proxy-$i.log" 2>&1 &
-        pids+=($!)
-        b_proxies+=("$port")
+        b_proxies+=($((base + 10 + i)))
+        start_proxy "b-proxy-$i" "${b_proxies[i]}" $((base + 20 + i)) "${b_origins[@]}"
     done
     for i in 0 1 2; do
-        port=$((base + 30 + i))
-        "$tidegate" origin --listen "127.0.0.1:$port" --workers 16 --work 1ms --seed $((i + 11)) \
-            --call "http://127.0.0.1:${b_proxies[$i]}/" "${ignore[@]}" >"$work/a-origin-$i.log" 2>&1 &
-        pids+=($!)
-        a_origins+=("$port")
+        a_origins+=($((base + 30 + i)))
+        start_origin "a-origin-$i" "${a_origins[i]}" --workers 16 --work 1ms --seed $((i + 11)) \
+            --call "http://127.0.0.1:${b_proxies[i]}/" "${ignore[@]}"
     done
     for i in 0 1 2; do
-        port=$((base + 40 + i))
-        proxy_config "a-proxy-$i" "$port" $((base + 50 + i)) "${a_origins[@]}"
-        "$tidegate" proxy --config "$work/a-proxy-$i.toml" --log-level warn >"$work/a-proxy-$i.log" 2>&1 &
-        pids+=($!)
-        a_proxies+=("$port")
+        a_proxies+=($((base + 40 + i)))
+        start_proxy "a-proxy-$i" "${a_proxies[i]}" $((base + 50 + i)) "${a_origins[@]}"
     done
     for port in "${b_origins[@]}" "${b_proxies[@]}" "${a_origins[@]}" "${a_proxies[@]}"; do
         wait_port "$port"

@@ -89,6 +89,25 @@ async fn get(addr: SocketAddr, path: &str, priority: &str) -> (StatusCode, Optio
     (status, cutoff, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Starts an origin; it stops when the sender is dropped.
+async fn start(config: OriginConfig) -> (SocketAddr, oneshot::Sender<()>) {
+    let origin = Origin::bind(config).await.unwrap();
+    let addr = origin.addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(origin.run(async {
+        let _ = stopped.await;
+    }));
+    (addr, stop)
+}
+
+/// An origin calling `hop` at `/b`, feedback on or off.
+fn calling(hop: SocketAddr, service: ServiceConfig, feedback: bool) -> OriginConfig {
+    let mut config = OriginConfig::new(service, "127.0.0.1:0".parse().unwrap());
+    config.call = Some(format!("http://{hop}/b").parse().unwrap());
+    config.call_feedback = feedback;
+    config
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff() {
     let (hop, seen) = next_hop().await;
@@ -101,14 +120,7 @@ async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff()
         },
         ..ServiceConfig::default()
     };
-    let mut config = OriginConfig::new(service, "127.0.0.1:0".parse().unwrap());
-    config.call = Some(format!("http://{hop}/b").parse().unwrap());
-    let origin = Origin::bind(config).await.unwrap();
-    let addr = origin.addr();
-    let (_stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(origin.run(async {
-        let _ = stopped.await;
-    }));
+    let (addr, _stop) = start(calling(hop, service, true)).await;
 
     // Admitted at the next hop: 200, and the priority travelled.
     let (status, cutoff, _) = get(addr, "/a", "0/5").await;
@@ -141,15 +153,7 @@ async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_feedback_everything_is_sent_and_nothing_passed_on() {
     let (hop, seen) = next_hop().await;
-    let mut config = OriginConfig::new(ServiceConfig::default(), "127.0.0.1:0".parse().unwrap());
-    config.call = Some(format!("http://{hop}/b").parse().unwrap());
-    config.call_feedback = false;
-    let origin = Origin::bind(config).await.unwrap();
-    let addr = origin.addr();
-    let (_stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(origin.run(async {
-        let _ = stopped.await;
-    }));
+    let (addr, _stop) = start(calling(hop, ServiceConfig::default(), false)).await;
     for _ in 0..2 {
         let (status, cutoff, body) = get(addr, "/a", "2/0").await;
         assert_eq!((status, cutoff), (StatusCode::BAD_GATEWAY, None), "{body}");
@@ -163,14 +167,7 @@ async fn a_next_hop_that_is_not_there_fails_the_chain() {
     let gone = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gone_addr = gone.local_addr().unwrap();
     drop(gone);
-    let mut config = OriginConfig::new(ServiceConfig::default(), "127.0.0.1:0".parse().unwrap());
-    config.call = Some(format!("http://{gone_addr}/").parse().unwrap());
-    let origin = Origin::bind(config).await.unwrap();
-    let addr = origin.addr();
-    let (_stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(origin.run(async {
-        let _ = stopped.await;
-    }));
+    let (addr, _stop) = start(calling(gone_addr, ServiceConfig::default(), true)).await;
     let (status, cutoff, body) = get(addr, "/", "").await;
     assert_eq!((status, cutoff), (StatusCode::BAD_GATEWAY, None), "{body}");
     assert!(body.contains("no response"), "{body}");
