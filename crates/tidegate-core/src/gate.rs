@@ -52,7 +52,14 @@ pub struct QueueConfig {
     /// more at tens in flight, twice its fastest answer is dozens of entries, more than PIE
     /// lets stand; in front of one answering in 2-20 ms at one in flight (RSocket's), any
     /// wait for a slot is the rest of a service time, up to 19 ms, and doubles the tail. A
-    /// wait under [`WAIT_BOUND_FLOOR`] (1 ms) is always allowed. `inf` for no bound. Default 2.
+    /// wait under [`WAIT_BOUND_FLOOR`] (1 ms) is always allowed. The bound applies to the
+    /// least important tier arriving (see [`TIER_RECENT`]); a more important tier waits
+    /// as the queue's capacity, its timeout and the regulator allow, so that a full
+    /// service sheds the least important tier first: bounding every tier, a service whose
+    /// fastest answers are near zero (exponential work) had no queue at all, and turned
+    /// its tiers away alike (a quarter of the traffic at tier 1, offered 3x its capacity:
+    /// tier 1 lost two thirds of its requests while tier 2 took three quarters of the
+    /// capacity). `inf` for no bound. Default 2.
     pub wait_bound: f64,
 }
 
@@ -63,6 +70,12 @@ pub struct QueueConfig {
 /// microseconds, wrk with 50 connections, the proxy the bottleneck) turned away 57% of the
 /// requests while the origin had capacity to spare.
 pub const WAIT_BOUND_FLOOR: Nanos = Nanos::from_millis(1);
+
+/// An arrival of a tier less important than this one within this time makes the tier
+/// exempt from [`QueueConfig::wait_bound`]: the bound sheds the least important tier in
+/// the traffic, as the regulators' cut-offs shed the least important ranks first. A
+/// second is the half-life of the regulators' histograms of ranks.
+pub const TIER_RECENT: Nanos = Nanos::from_secs(1);
 
 impl Default for QueueConfig {
     fn default() -> QueueConfig {
@@ -296,6 +309,8 @@ pub struct Gate {
     events: VecDeque<Event>,
     /// The service's answers, for [`QueueConfig::wait_bound`].
     latency: ServiceLatency,
+    /// The last arrival of each tier, for [`QueueConfig::wait_bound`].
+    tier_seen: [Option<Time>; TIERS as usize],
 }
 
 impl Gate {
@@ -315,6 +330,7 @@ impl Gate {
             stats: QueueStats::default(),
             events: VecDeque::new(),
             latency: ServiceLatency::default(),
+            tier_seen: [None; TIERS as usize],
         }
     }
 
@@ -332,6 +348,7 @@ impl Gate {
         timeout: Nanos,
     ) -> Arrival {
         self.counters.tier(priority).arrived += 1;
+        self.tier_seen[usize::from(priority.tier())] = Some(now);
         self.end_lapsed_lease(now);
         if self.lease.is_some_and(|lease| lease.allowed == 0) {
             return self.reject(priority, RejectReason::NoLease);
@@ -345,15 +362,19 @@ impl Gate {
             self.stats.accepted += 1;
             return Arrival::Admitted(self.admit(now, priority));
         }
-        if self.queue.len() >= self.config.capacity || self.wait_too_long() {
+        let full = self.queue.len() >= self.config.capacity;
+        if full || self.wait_too_long() {
             let displaces = self
                 .queue
                 .least_important()
                 .is_some_and(|worst| worst.rank() > priority.rank());
             if !displaces {
-                return self.reject(priority, RejectReason::QueueFull);
-            }
-            if let Some((ticket, entry)) = self.queue.pop_least_important() {
+                // Full in time only: a tier more important than the least important one
+                // arriving waits anyway (see `QueueConfig::wait_bound`).
+                if full || !self.outranks_recent(now, priority.tier()) {
+                    return self.reject(priority, RejectReason::QueueFull);
+                }
+            } else if let Some((ticket, entry)) = self.queue.pop_least_important() {
                 self.counters.tier(entry.priority).rejected_queue_full += 1;
                 self.events.push_back(Event::Rejected {
                     ticket,
@@ -685,6 +706,16 @@ impl Gate {
             }
             _ => false,
         }
+    }
+
+    /// Whether a tier less important than `tier` arrived within [`TIER_RECENT`].
+    fn outranks_recent(&self, now: Time, tier: u8) -> bool {
+        self.tier_seen
+            .get(usize::from(tier) + 1..)
+            .unwrap_or_default()
+            .iter()
+            .flatten()
+            .any(|&seen| now.saturating_since(seen) < TIER_RECENT)
     }
 
     fn note_if_empty(&mut self, now: Time) {

@@ -427,6 +427,31 @@ fn queueing_is_bounded_by_the_services_own_latency() {
 }
 
 #[test]
+fn the_wait_bound_sheds_the_least_important_tier_arriving() {
+    // RSocket's server again, full, with tiers 1 and 2 arriving: tier 2 is turned away by
+    // the bound, tier 1 waits (the least important tier takes the shedding). Bounding both,
+    // a service answering in near no time at its fastest (exponential work) never queued,
+    // and shed its tiers alike.
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let now = serve(&mut gate, 1, 300, 2, 9);
+    let _running = admitted(gate.arrive(t(now), p(1, 0)));
+    assert_eq!(
+        gate.arrive(t(now), p(2, 0)),
+        Arrival::Rejected(RejectReason::QueueFull)
+    );
+    let _waiting = queued(gate.arrive(t(now), p(1, 0)));
+    let _also = queued(gate.arrive(t(now + 999), p(1, 5)));
+    // Tier 2 not seen for a second: tier 1 is the least important arriving, and bounded.
+    assert_eq!(
+        gate.arrive(t(now + 1000), p(1, 9)),
+        Arrival::Rejected(RejectReason::QueueFull)
+    );
+    assert_eq!(gate.counters().tiers[1].rejected_queue_full, 1);
+    assert_eq!(gate.counters().tiers[2].rejected_queue_full, 1);
+    reconciles(&gate);
+}
+
+#[test]
 fn a_wait_under_a_millisecond_is_always_worth_queueing() {
     // A fast upstream behind a busy proxy: 50 us at the fastest, 300 us on average, 34 in
     // flight, for 3 s. Twice the fastest answer is 100 us, but 16 more waiting cost 150 us

@@ -64,11 +64,19 @@ struct WindowRtt {
 /// to 7 in front of 30 workers). So each window offers its estimate plus about that many of
 /// its own standard errors: precise windows (a steady service, or many answers) set the
 /// baseline almost exactly, noisy ones cannot drag it down by chance.
+///
+/// A baseline can also be measured under load, the service's own queue included (started
+/// above the knee, or re-anchored there): then it is too high, and only a probe can tell
+/// (see [`Autotune::arbitrate`]). It is *clear* once the service was seen not saturated
+/// (see [`Light`]): then every window's rtt holds no queue of the service's own, the
+/// least of them none either, and a probe finds nothing. A baseline that falls by more than
+/// a probe would call a find (5%) is no longer clear: the service is changing.
 #[derive(Clone, Copy, Debug)]
 struct Baseline {
     value: f64,
     /// Windows seen since it was set.
     windows: u32,
+    clear: bool,
 }
 
 impl Baseline {
@@ -76,6 +84,7 @@ impl Baseline {
         let mut base = Baseline {
             value: f64::INFINITY,
             windows: 0,
+            clear: false,
         };
         base.observe(srtt, variance);
         base
@@ -86,7 +95,37 @@ impl Baseline {
     fn observe(&mut self, srtt: f64, variance: f64) {
         self.windows = self.windows.saturating_add(1);
         let shortfall = (2.0 * f64::from(self.windows).ln()).sqrt();
-        self.value = self.value.min(srtt + shortfall * variance.sqrt());
+        let offered = srtt + shortfall * variance.sqrt();
+        if offered < self.value * 0.95 {
+            self.clear = false;
+        }
+        self.value = self.value.min(offered);
+    }
+}
+
+/// The least-served recent window whose rate the demand set (the limit was never reached):
+/// if a window within [`RING`] windows after it served a third more (`1 / probe_factor`),
+/// beyond two standard errors of their counts' noise (a Poisson count's, `1 / sqrt(n)` in
+/// the log), the service was not saturated at that rate: the demand grew and the service
+/// kept up. Only a demand-set rate tells it: a service that sped up under a limit that
+/// binds (warming after a deploy) serves more too, and there its baseline, measured
+/// slower, is exactly what a probe must find.
+#[derive(Clone, Copy, Debug)]
+struct Light {
+    successes: u32,
+    rate: f64,
+    /// Measured windows since.
+    age: u32,
+}
+
+impl Light {
+    /// Whether a window that served `successes` at `rate` shows the service kept up.
+    fn outgrown(&self, successes: u32, rate: f64, probe_factor: f64) -> bool {
+        if successes == 0 || self.successes == 0 || self.rate <= 0.0 {
+            return false;
+        }
+        let noise = (1.0 / f64::from(successes) + 1.0 / f64::from(self.successes)).sqrt();
+        (rate / self.rate).ln() >= -probe_factor.clamp(f64::MIN_POSITIVE, 1.0).ln() + 2.0 * noise
     }
 }
 
@@ -107,7 +146,8 @@ pub struct AutotuneConfig {
     pub max: u32,
     /// Longest measurement window: the limit moves at most once per window. A window also
     /// closes after 100 of its answers' mean rtt, so a service answering in under 5 ms is
-    /// measured faster. Default 500 ms.
+    /// measured faster, and lasts at least one smoothed rtt, so a service answering in
+    /// seconds is measured on whole answers. Default 500 ms.
     pub window: Nanos,
     /// A window closes only once it holds at least this many samples, even if `window` has
     /// passed, so that quiet services are not judged on a handful of requests. Default 10.
@@ -261,8 +301,11 @@ enum Move {
 /// from that description, stated precisely:
 ///
 /// **Windows.** Samples are grouped in windows of 500 ms, or of 100 of their answers' mean
-/// rtt if that is shorter (a service answering in 1 ms is measured every 100 ms), and at
-/// least 10 samples. Per window:
+/// rtt if that is shorter (a service answering in 1 ms is measured every 100 ms), of at
+/// least one smoothed rtt (a service answering in 2 s is measured every 2 s: in 500 ms
+/// windows of 10 answers, each window held the answers that finished first, and an
+/// exponential service of 30 workers at 3x lost two thirds of its capacity), and at least
+/// 10 samples. Per window:
 /// mean rtt of successes `r` (rtt at or beyond the known timeout counts as a drop), throughput
 /// `x` (successes per second), mean inflight at admission `q`, largest inflight, drops. A drop's
 /// rtt is never a latency measurement.
@@ -330,7 +373,10 @@ enum Move {
 /// the baseline by less than 5% found nothing, and the next one waits for twice as many
 /// steady checks (up to 16); one that found something, a reset or a re-anchoring brings
 /// them back to every check. Cost at the knee: one window in about twelve at 3/4 of the
-/// limit at first, one in about 190 once settled.
+/// limit at first, one in about 190 once settled. No probe where the baseline is clear:
+/// measured while the demand set the rate and, within 10 windows, the service served a
+/// third more (it was not saturated, so its rtt held no queue of its own; see `Light`);
+/// a baseline re-anchored, or falling by 5% or more, is not clear until seen so again.
 ///
 /// **Trials at small limits.** Where one request is at least 10% of the limit (10 or less),
 /// the tolerance is widest and one request is a large step: from 1 to 2 on RSocket's
@@ -418,6 +464,8 @@ pub struct Autotune {
     srtt_var: f64,
     inflight_sum: u64,
     inflight_max: u32,
+    /// See [`Light`].
+    light: Option<Light>,
     /// `(ln q, ln x, move, whether the largest inflight reached the limit)` of the windows
     /// since the last check.
     ring: [(f64, f64, Move, bool); RING],
@@ -464,6 +512,7 @@ impl Autotune {
             srtt_var: 0.0,
             inflight_sum: 0,
             inflight_max: 0,
+            light: None,
             ring: [(0.0, 0.0, Move::Hold, false); RING],
             filled: 0,
         }
@@ -506,6 +555,8 @@ impl Autotune {
 
     /// Sets the baseline to the current smoothed rtt, if there is one.
     fn anchor(&mut self) {
+        // What the service kept up with before says nothing of an rtt measured now.
+        self.light = None;
         if let Some(srtt) = self.srtt {
             self.base = Some(Baseline::anchored(srtt, self.srtt_var));
         }
@@ -819,6 +870,12 @@ impl Autotune {
                 self.idle_probes = 0;
             }
             Some(_) => {}
+            // A clear baseline (see `Baseline`) has nothing for a probe to find: at the
+            // knee, each probe cost the service a second at 3/4 of its limit, 10% of its
+            // throughput in that second, and moved the limit out of its band. Probes of one
+            // request at small limits are trials of the limit itself, and go on.
+            None if self.base.is_some_and(|b| b.clear)
+                && !one_request_is_judged(self.limit.round()) => {}
             None => {
                 // Too steady to tell: dip for one window, as BBR's ProbeRTT does, so that the
                 // baseline sees a lighter load and the next check has a spread to judge.
@@ -864,6 +921,32 @@ impl Autotune {
             self.limit *= self.config.probe_factor.clamp(0.0, 1.0);
         }
         self.settling = true;
+    }
+
+    /// Follows the demand-set windows (see [`Light`]) with a measured window that served at
+    /// `rate`, and clears the baseline when the service kept up with a growing demand.
+    fn watch_demand(&mut self, rate: f64, bound: bool) {
+        let probe_factor = self.config.probe_factor;
+        if let Some(light) = self.light
+            && light.outgrown(self.successes, rate, probe_factor)
+            && let Some(base) = &mut self.base
+        {
+            base.clear = true;
+        }
+        self.light = self
+            .light
+            .map(|light| Light {
+                age: light.age + 1,
+                ..light
+            })
+            .filter(|light| light.age <= RING as u32);
+        if !bound && self.light.is_none_or(|light| rate < light.rate) {
+            self.light = Some(Light {
+                successes: self.successes,
+                rate,
+                age: 0,
+            });
+        }
     }
 
     /// Closes the current window at `now`.
@@ -922,6 +1005,7 @@ impl Autotune {
                 _ => self.latency_rule(rtt, censored),
             };
             self.fresh = false;
+            self.watch_demand(throughput, f64::from(self.inflight_max) >= in_force);
             if moved != Move::Grow && self.base.is_some() {
                 // The first window judged that does not grow ends slow start for good.
                 self.slow_start = false;
@@ -1026,7 +1110,10 @@ impl Limit for Autotune {
             || (self.successes > 0
                 && elapsed.as_nanos().saturating_mul(u64::from(self.successes))
                     >= self.success_rtt.as_nanos().saturating_mul(WINDOW_RTTS));
-        if due && self.samples >= self.config.min_window_samples {
+        // And at least one smoothed rtt: a window shorter than the answers holds only those
+        // that finished first, the short ones of a service whose work is spread.
+        let long_enough = self.srtt.is_none_or(|srtt| elapsed.as_secs_f64() >= srtt);
+        if due && long_enough && self.samples >= self.config.min_window_samples {
             self.close_window(sample.now);
         }
     }
@@ -1104,6 +1191,30 @@ mod tests {
         assert!(settled < secs(120), "{settled:?}");
         let mean = trace.mean_limit(secs(120), secs(180));
         assert!((20.0..26.0).contains(&mean), "{mean}");
+    }
+
+    #[test]
+    fn a_baseline_measured_below_the_knee_is_not_probed() {
+        // 100 rps (10 in flight of Kanaloa's 20) for 5 s, then an overload. The baseline was
+        // measured at half the knee, and the service then served twice as much: it held no
+        // queue of its own, a probe would find nothing. The limit holds at the knee instead
+        // of dipping to 3/4 of it for a second at every steady ring.
+        let mut a = Autotune::new(&config(20));
+        let load = Load::Step {
+            rps: 100.0,
+            until: secs(5),
+        };
+        let trace = run(&mut a, &Service::kanaloa(), load, secs(120));
+        let mean = trace.mean_limit(secs(30), secs(120));
+        assert!((20.0..26.0).contains(&mean), "{mean}");
+        let lowest = trace
+            .limits
+            .iter()
+            .filter(|(t, _)| *t >= Time::ZERO + secs(30))
+            .map(|&(_, l)| l)
+            .min()
+            .unwrap_or(0);
+        assert!(f64::from(lowest) > 0.85 * mean, "{lowest} against {mean}");
     }
 
     #[test]
@@ -1901,6 +2012,33 @@ mod tests {
             });
         }
         assert_eq!(a.limit(), 40);
+    }
+
+    #[test]
+    fn a_window_lasts_at_least_one_smoothed_rtt() {
+        // Answers of 2 s, 30 a second: a first window of 10 of them (the least samples),
+        // then nothing closes until 2 s have passed, however many answers arrive.
+        let mut a = past_slow_start(30);
+        let mut now = Time::ZERO;
+        let mut feed = |a: &mut Autotune, until: Nanos| {
+            while now < Time::ZERO + until {
+                now += Nanos::from_millis(33);
+                a.on_sample(&Sample {
+                    now,
+                    rtt: secs(2),
+                    inflight: 30,
+                    outcome: Outcome::Success,
+                });
+            }
+        };
+        feed(&mut a, Nanos::from_millis(600));
+        let srtt = a.srtt.expect("the first window closed");
+        assert!((srtt - 2.0).abs() < 1e-9, "{srtt}");
+        let opened = a.window_start;
+        feed(&mut a, Nanos::from_millis(2_500));
+        assert_eq!(a.window_start, opened, "closed before one rtt");
+        feed(&mut a, Nanos::from_millis(2_700));
+        assert!(a.window_start > opened, "still open after one rtt");
     }
 
     #[test]

@@ -119,6 +119,9 @@ pub(crate) enum Load {
     Saturating,
     /// Poisson arrivals at this rate; an arrival over the limit is turned away.
     Poisson { rps: f64 },
+    /// Poisson arrivals at `rps` until `until`, then saturating: an overload after a light
+    /// start, as a service meets one.
+    Step { rps: f64, until: Nanos },
 }
 
 /// What the limit did over a run.
@@ -231,22 +234,29 @@ pub(crate) fn run(limit: &mut dyn Limit, service: &Service, load: Load, duration
     let mut now = Time::ZERO;
     trace.limits.push((now, limit.limit()));
     loop {
-        if let Load::Saturating = load {
+        // Poisson arrivals at this rate (until this time), or saturating.
+        let poisson = match load {
+            Load::Saturating => None,
+            Load::Poisson { rps } => Some((rps, Time::MAX)),
+            Load::Step { rps, until } => {
+                Some((rps, Time::ZERO + until)).filter(|_| now < Time::ZERO + until)
+            }
+        };
+        if poisson.is_none() {
             while inflight < limit.limit() {
                 start(now, &mut inflight, &mut pending, &mut seq, &mut rng);
             }
         }
         let next_completion = pending.peek().map_or(Time::MAX, |Reverse((t, ..))| *t);
-        let arrival = match load {
-            Load::Saturating => Time::MAX,
-            Load::Poisson { .. } => next_arrival,
-        };
+        let arrival = poisson.map_or(Time::MAX, |(_, until)| next_arrival.min(until));
         now = next_completion.min(arrival);
         if now >= end {
             break;
         }
         if now == arrival {
-            if let Load::Poisson { rps } = load {
+            if let Some((rps, until)) = poisson
+                && now < until
+            {
                 if inflight < limit.limit() {
                     start(now, &mut inflight, &mut pending, &mut seq, &mut rng);
                 }

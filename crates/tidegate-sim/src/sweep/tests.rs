@@ -229,13 +229,16 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
             *missed.entry(kind).or_default() += 1;
         }
     }
+    // Tier 1's protection cost two knee-10 cases of two tiers their 97% of capacity (95.5
+    // and 96.5%: tier 1 now waits for a slot rather than being turned away, and some of it
+    // is served past the client's timeout), and one its p99 against the oracle's.
     let bounds = [
-        (Target::Goodput, 13),
+        (Target::Goodput, 15),
         (Target::Shed, 0),
-        (Target::P99Oracle, 6),
-        (Target::P99Timeout, 5),
-        (Target::Tiers, 6),
-        (Target::Settle, 30),
+        (Target::P99Oracle, 7),
+        (Target::P99Timeout, 2),
+        (Target::Tiers, 1),
+        (Target::Settle, 22),
     ];
     let report = render::misses(&results, DEFAULT, usize::MAX);
     for (target, bound) in bounds {
