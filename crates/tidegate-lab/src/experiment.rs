@@ -372,6 +372,8 @@ async fn run_real(
         lease,
         seed: scenario.seed,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        call: None,
+        call_feedback: true,
     })
     .await?;
     let front = match arm.kind {

@@ -20,10 +20,15 @@
 //!   each, and a front listener that spreads requests over them as the scenario's `balance`
 //!   says, for runs without a proxy.
 //!
+//! With `call`, each request calls the next hop of a chain once its own work is done
+//! ([`call`]), and is answered 200 only if that call was: a chain of proxies and origins on
+//! loopback.
+//!
 //! `GET /metrics` on any listener ([`METRICS_PATH`]) gives the origin's own counters; every
 //! other request is work. An instance may also hold an RSocket-style static lease (requests per
 //! window, refused beyond it), for the scenarios' `static_lease` arms.
 
+mod call;
 mod driver;
 mod engine;
 mod metrics;
@@ -33,7 +38,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -50,6 +55,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
+use self::call::{Called, NextHop};
 use self::driver::Command;
 use self::engine::{Answer, Engine};
 pub use self::spec::{SpecError, parse_change, parse_delay_curve};
@@ -69,6 +75,11 @@ pub struct OriginConfig {
     /// The front listener. With several instances, instance `i` listens on the next port
     /// `+ 1 + i` (or on any free port when this port is 0).
     pub listen: SocketAddr,
+    /// The next hop each request calls once its work is done, if any.
+    pub call: Option<http::Uri>,
+    /// Whether those calls honour the next hop's `tidegate-cutoff` and pass it on. Default
+    /// true.
+    pub call_feedback: bool,
 }
 
 impl OriginConfig {
@@ -79,6 +90,8 @@ impl OriginConfig {
             lease: None,
             seed: 1,
             listen,
+            call: None,
+            call_feedback: true,
         }
     }
 }
@@ -190,15 +203,17 @@ impl Origin {
             instances,
         } = self;
         let engine = Engine::new(config.service, config.lease.as_ref(), config.seed);
+        let feedback = config.call_feedback;
+        let next = Arc::new(config.call.map(|url| NextHop::new(url, feedback)));
         let (commands, receiver) = mpsc::channel();
         std::thread::Builder::new()
             .name("tidegate-origin-model".to_owned())
             .spawn(move || driver::run(engine, receiver))
             .map_err(OriginError::Thread)?;
         let mut listeners = JoinSet::new();
-        listeners.spawn(accept(front, None, commands.clone()));
+        listeners.spawn(accept(front, None, commands.clone(), next.clone()));
         for (i, listener) in instances.into_iter().enumerate() {
-            listeners.spawn(accept(listener, Some(i), commands.clone()));
+            listeners.spawn(accept(listener, Some(i), commands.clone(), next.clone()));
         }
         // The listeners hold the only senders left: once they are gone, the model thread ends.
         drop(commands);
@@ -217,7 +232,12 @@ fn local_addr(listener: &TcpListener) -> SocketAddr {
 }
 
 /// Accepts connections for one listener; its connections end with it.
-async fn accept(listener: TcpListener, instance: Option<usize>, commands: mpsc::Sender<Command>) {
+async fn accept(
+    listener: TcpListener,
+    instance: Option<usize>,
+    commands: mpsc::Sender<Command>,
+    next: Arc<Option<NextHop>>,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -230,10 +250,15 @@ async fn accept(listener: TcpListener, instance: Option<usize>, commands: mpsc::
                 };
                 let _ = stream.set_nodelay(true);
                 let commands = commands.clone();
+                let next = next.clone();
                 connections.spawn(async move {
                     let service = service_fn(move |request| {
                         let commands = commands.clone();
-                        async move { Ok::<_, Infallible>(handle(request, instance, &commands).await) }
+                        let next = next.clone();
+                        async move {
+                            let response = handle(request, instance, &commands, next.as_ref().as_ref()).await;
+                            Ok::<_, Infallible>(response)
+                        }
                     });
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), service)
@@ -244,6 +269,32 @@ async fn accept(listener: TcpListener, instance: Option<usize>, commands: mpsc::
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+}
+
+/// The answer of a request whose own work is done, once it has called the next hop: 200 if
+/// the call was answered 2xx, 503 if the next hop's cut-off held it back, 502 otherwise; with
+/// the next hop's cut-off, for the proxy in front.
+async fn chained(next: &NextHop, headers: &http::HeaderMap) -> Response<Full<Bytes>> {
+    let mut response = match next.call(headers).await {
+        Called::Ok => text(StatusCode::OK, "ok\n"),
+        Called::HeldBack => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "held back: the next hop's cut-off refuses this priority\n",
+        ),
+        Called::Failed(status) => text(
+            StatusCode::BAD_GATEWAY,
+            match status {
+                Some(status) => format!("the call to the next hop failed: {status}\n"),
+                None => "the call to the next hop failed: no response\n".to_owned(),
+            },
+        ),
+    };
+    if let Some(cutoff) = next.cutoff() {
+        response
+            .headers_mut()
+            .insert(tidegate_core::feedback::HEADER, cutoff);
+    }
+    response
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -259,6 +310,7 @@ async fn handle(
     request: Request<Incoming>,
     instance: Option<usize>,
     commands: &mpsc::Sender<Command>,
+    next: Option<&NextHop>,
 ) -> Response<Full<Bytes>> {
     let stopped = || text(StatusCode::SERVICE_UNAVAILABLE, "the origin is stopping\n");
     if request.uri().path() == METRICS_PATH {
@@ -268,7 +320,11 @@ async fn handle(
         }
         return match stats.await {
             Ok(stats) => {
-                let mut response = text(StatusCode::OK, metrics::render(&stats));
+                let mut body = metrics::render(&stats);
+                if let Some(next) = next {
+                    body.push_str(&next.metrics());
+                }
+                let mut response = text(StatusCode::OK, body);
                 response.headers_mut().insert(
                     CONTENT_TYPE,
                     http::HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -283,7 +339,10 @@ async fn handle(
         return stopped();
     }
     match answer.await {
-        Ok(Answer::Served { .. }) => text(StatusCode::OK, "ok\n"),
+        Ok(Answer::Served { .. }) => match next {
+            None => text(StatusCode::OK, "ok\n"),
+            Some(next) => chained(next, request.headers()).await,
+        },
         Ok(Answer::Refused { .. }) => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "refused: the service's internal queue is full\n",

@@ -18,12 +18,18 @@ fn arm(scenario: &FleetScenario, name: &str) -> ArmResult {
     fleet::run(scenario, arm, scenario.seed)
 }
 
+fn shortened(file: &str) -> FleetScenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/fleet")
+        .join(file);
+    FleetScenario::load(&path)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .shortened(Nanos::from_secs(12))
+}
+
 #[test]
 fn the_chain_scenario_shortened() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/fleet/chain.toml");
-    let scenario = FleetScenario::load(&path)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .shortened(Nanos::from_secs(12));
+    let scenario = shortened("chain.toml");
     let tidegate = arm(&scenario, "tidegate");
     let unsalted = arm(&scenario, "no shared salt");
     let naive = arm(&scenario, "naive retries");
@@ -35,7 +41,7 @@ fn the_chain_scenario_shortened() {
         "{unsalted:?}"
     );
     assert!(
-        tidegate.wasted_share().is_some_and(|w| w < 0.02),
+        tidegate.wasted_share().is_some_and(|w| w <= 0.01),
         "{tidegate:?}"
     );
     assert!(
@@ -43,10 +49,29 @@ fn the_chain_scenario_shortened() {
         "{tidegate:?}"
     );
     assert!(naive.amplification().is_some_and(|a| a > 2.0), "{naive:?}");
-    assert!(tidegate.goodput_share() > 0.85, "{tidegate:?}");
+    // The goal, 95% of the bottleneck. (With the proxies balancing their instances
+    // round robin rather than as tidegate's proxy does, C's workers idled while calls waited
+    // at its other instances: 91.5% on the full run.)
+    assert!(tidegate.goodput_share() >= 0.95, "{tidegate:?}");
     assert!(
         tidegate.served().0.is_some_and(|s| s > 0.98),
         "tiers 0-1 first: {tidegate:?}"
     );
     assert!(open.goodput_share() < 0.1, "{open:?}");
+}
+
+/// When only the last hop's gate sees the overload (`chain-fixed-edge.toml`), its cut-off
+/// header is what keeps the first hop from admitting work the last refuses: without it, most
+/// first-hop admissions are wasted (70% here, 30% with it).
+#[test]
+fn the_feedback_header_saves_the_work_of_a_chain() {
+    let scenario = shortened("chain-fixed-edge.toml");
+    let with = arm(&scenario, "tidegate");
+    let without = arm(&scenario, "no feedback");
+    assert!(with.hint_cuts > 0, "{with:?}");
+    assert!(with.wasted_share().is_some_and(|w| w < 0.45), "{with:?}");
+    assert!(
+        without.wasted_share().is_some_and(|w| w > 0.6),
+        "{without:?}"
+    );
 }

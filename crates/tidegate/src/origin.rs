@@ -96,6 +96,24 @@ pub(crate) struct OriginArgs {
     /// Seed of the work-time spread.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Once a request's work is done, call this URL (the next hop of a chain, e.g. a proxy
+    /// in front of other origins) with the request's tidegate-priority, and answer 200 only
+    /// if it answered 2xx (502 otherwise); a tidegate-cutoff it says is honoured (requests
+    /// it refuses are not sent: 503) and passed back on this origin's responses.
+    #[arg(long, value_name = "URL", value_parser = parse_call)]
+    call: Option<http::Uri>,
+    /// With --call: ignore the next hop's tidegate-cutoff (send everything, pass nothing
+    /// on), for a chain without the feedback to compare with.
+    #[arg(long, requires = "call")]
+    ignore_cutoff: bool,
+}
+
+fn parse_call(s: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(format!("{s:?}: expected http://HOST[:PORT]/PATH"));
+    }
+    Ok(uri)
 }
 
 /// The points of --delay-curve (a newtype: clap would take a bare `Vec` for a repeated flag).
@@ -288,6 +306,8 @@ pub(crate) fn origin(args: OriginArgs) -> anyhow::Result<()> {
         lease: args.lease.clone(),
         seed: args.seed,
         listen: args.listen,
+        call: args.call.clone(),
+        call_feedback: !args.ignore_cutoff,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -19,7 +19,7 @@ use tidegate_core::priority::{CohortMap, stable_hash};
 use tidegate_core::queue::Ticket;
 use tidegate_core::rng::{Rng, splitmix64};
 use tidegate_core::{Nanos, Priority, Time};
-use tidegate_model::fleet::{Balancer, CallMode, HopConfig, RetryMode};
+use tidegate_model::fleet::{Balancer, CallMode, HopConfig, RetryMode, Upstreams};
 
 use super::metrics::{AgreementTracker, ArmResult, Second};
 use super::{FleetArm, FleetScenario};
@@ -144,13 +144,14 @@ struct Proxy {
     cohorts: CohortMap,
     /// Calls at the proxy or beyond, for least-loaded balancing.
     outstanding: u32,
+    /// Which of the hop's instances it sends an admitted call to.
+    upstreams: Upstreams,
 }
 
 #[derive(Debug, Default)]
 struct Instance {
     busy: u32,
     queue: VecDeque<Id>,
-    active: u32,
     /// The next hop's cut-off, from its proxies' responses (the outbound layer's hint).
     feedback: Feedback,
 }
@@ -161,7 +162,6 @@ struct Hop {
     proxies: Vec<Proxy>,
     instances: Vec<Instance>,
     to_proxy: Balancer,
-    to_instance: Balancer,
 }
 
 /// Draws a user's tier from the mix by a hash of the user: the same user, the same tier.
@@ -261,13 +261,13 @@ impl<'a> Engine<'a> {
                             ..CohortMap::default()
                         },
                         outstanding: 0,
+                        upstreams: Upstreams::new(config.instances.get() as usize),
                     })
                     .collect(),
                 instances: (0..config.instances.get())
                     .map(|_| Instance::default())
                     .collect(),
                 to_proxy: Balancer::new(config.balance),
-                to_instance: Balancer::new(config.balance),
             })
             .collect();
         let retry = arm.retry;
@@ -612,13 +612,9 @@ impl<'a> Engine<'a> {
             self.result.edge_admitted += 1;
         }
         let h = &mut self.hops[usize::from(c.hop)];
-        let instances = &h.instances;
-        let instance = h
-            .to_instance
-            .pick(instances.len(), |i| instances[i].active, &mut self.rng);
+        let instance = h.proxies[c.proxy as usize].upstreams.pick();
         c.instance = instance as u32;
         let i = &mut h.instances[instance];
-        i.active += 1;
         if i.busy < h.config.workers.get() {
             i.busy += 1;
             self.start(call);
@@ -701,8 +697,8 @@ impl<'a> Engine<'a> {
         let now = self.now;
         let c = &self.calls[call];
         let (hop, proxy, instance) = (usize::from(c.hop), c.proxy as usize, c.instance as usize);
-        let i = &mut self.hops[hop].instances[instance];
-        i.active -= 1;
+        self.hops[hop].proxies[proxy].upstreams.done(instance);
+        let i = &self.hops[hop].instances[instance];
         // The instance's response carries the cut-off its outbound layer holds for the next
         // hop, which its proxy takes in.
         let hint = i.feedback.hint(now);

@@ -1,0 +1,162 @@
+//! A call to the next hop of a chain, made once a request's own work is done
+//! (`tidegate origin --call URL`): the smallest real service that calls another, so that a
+//! chain of proxies and origins runs on loopback (issue 15).
+//!
+//! It does what `tidegate-tower`'s outbound layer does for a real service: it sends the
+//! priority the request came with (`tidegate-priority`, so the next hop ranks it as the first
+//! did), keeps the next hop's cut-off (`tidegate-cutoff`, `docs/feedback.md`) and drops
+//! before sending what that cut-off refuses, and says the cut-off it holds on its own
+//! response, so that the proxy in front of it stops admitting what the hop behind refuses.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http_body_util::{BodyExt as _, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tidegate_core::feedback::{CutoffHeader, Feedback};
+use tidegate_core::{Nanos, Priority, Time};
+
+/// The priority header a tidegate proxy forwards and its classifier reads.
+static PRIORITY: HeaderName = HeaderName::from_static("tidegate-priority");
+static CUTOFF: HeaderName = HeaderName::from_static(tidegate_core::feedback::HEADER);
+
+/// How long the next hop may take before the call counts as failed.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a call to the next hop ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Called {
+    /// The next hop answered 2xx.
+    Ok,
+    /// The cut-off the next hop said refuses this priority: not sent.
+    HeldBack,
+    /// The next hop refused or failed: its status, or `None` when there was no response.
+    Failed(Option<StatusCode>),
+}
+
+/// The next hop and what is known of its cut-off.
+#[derive(Debug)]
+pub(crate) struct NextHop {
+    url: Uri,
+    client: Client<HttpConnector, Empty<Bytes>>,
+    feedback: Mutex<Feedback>,
+    /// Whether to hold back what the cut-off refuses and pass it on (off: the chain without
+    /// feedback, to compare with).
+    honour_cutoff: bool,
+    started: Instant,
+    /// Calls by how they ended: ok, held back, failed.
+    ended: [AtomicU64; 3],
+}
+
+impl NextHop {
+    pub(crate) fn new(url: Uri, honour_cutoff: bool) -> NextHop {
+        NextHop {
+            url,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            feedback: Mutex::new(Feedback::default()),
+            honour_cutoff,
+            started: Instant::now(),
+            ended: Default::default(),
+        }
+    }
+
+    fn now(&self) -> Time {
+        Time::ZERO + Nanos::from_nanos(self.started.elapsed().as_nanos() as u64)
+    }
+
+    /// Calls the next hop for a request that came with `headers`.
+    pub(crate) async fn call(&self, headers: &HeaderMap) -> Called {
+        let called = self.send(headers).await;
+        let index = match called {
+            Called::Ok => 0,
+            Called::HeldBack => 1,
+            Called::Failed(_) => 2,
+        };
+        self.ended[index].fetch_add(1, Ordering::Relaxed);
+        called
+    }
+
+    async fn send(&self, headers: &HeaderMap) -> Called {
+        let carried = headers.get(&PRIORITY);
+        let priority = carried
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<Priority>().ok())
+            .unwrap_or_default();
+        if self.honour_cutoff && self.feedback().refuses(self.now(), priority) {
+            return Called::HeldBack;
+        }
+        let mut request = Request::get(self.url.clone());
+        if let Some(value) = carried {
+            request = request.header(&PRIORITY, value);
+        }
+        let Ok(request) = request.body(Empty::new()) else {
+            return Called::Failed(None);
+        };
+        let response = match tokio::time::timeout(CALL_TIMEOUT, self.client.request(request)).await
+        {
+            Ok(Ok(response)) => response,
+            Ok(Err(_)) | Err(_) => return Called::Failed(None),
+        };
+        let cutoff = response.headers().get(&CUTOFF).map(HeaderValue::as_bytes);
+        self.feedback().receive(self.now(), cutoff);
+        let status = response.status();
+        // Read the body so that the connection goes back to the pool.
+        let _ = response.into_body().collect().await;
+        if status.is_success() {
+            Called::Ok
+        } else {
+            Called::Failed(Some(status))
+        }
+    }
+
+    /// The next hop's cut-off this hop holds, to say on its own response.
+    pub(crate) fn cutoff(&self) -> Option<HeaderValue> {
+        if !self.honour_cutoff {
+            return None;
+        }
+        let now = self.now();
+        let hint = self.feedback().hint(now)?;
+        let header = CutoffHeader {
+            rank: hint.rank,
+            ttl: hint.expires - now,
+        };
+        HeaderValue::from_str(&header.to_string()).ok()
+    }
+
+    /// The calls' counters, in the Prometheus text format, for the origin's `/metrics`.
+    pub(crate) fn metrics(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP tidegate_origin_calls_total Calls to the next hop (--call), by how they \
+             ended: ok (2xx), held_back (its cut-off refused them: not sent), failed.\n\
+             # TYPE tidegate_origin_calls_total counter"
+        );
+        for (outcome, count) in ["ok", "held_back", "failed"].iter().zip(&self.ended) {
+            let count = count.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "tidegate_origin_calls_total{{outcome=\"{outcome}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tidegate_origin_invalid_cutoffs_total Malformed tidegate-cutoff headers \
+             from the next hop, ignored.\n\
+             # TYPE tidegate_origin_invalid_cutoffs_total counter\n\
+             tidegate_origin_invalid_cutoffs_total {}",
+            self.feedback().invalid()
+        );
+        out
+    }
+
+    fn feedback(&self) -> std::sync::MutexGuard<'_, Feedback> {
+        self.feedback.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

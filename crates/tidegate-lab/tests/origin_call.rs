@@ -1,0 +1,174 @@
+//! An origin that calls the next hop of a chain (`OriginConfig::call`, `tidegate origin
+//! --call`) over loopback: it forwards the request's priority, answers by the call's outcome,
+//! holds back what the next hop's cut-off refuses, and passes that cut-off on.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test helpers fail loudly on setup errors"
+)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, Empty, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tidegate_core::Nanos;
+use tidegate_lab::origin::{Origin, OriginConfig};
+use tidegate_model::service::{PoolConfig, ServiceConfig, Spread};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// A next hop that cuts past rank 128 (tiers 0 and 1, cohort 0): it refuses what ranks
+/// below and says so in `tidegate-cutoff`; it records the priority of every request.
+async fn next_hop() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let record = record.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let priority = request
+                        .headers()
+                        .get("tidegate-priority")
+                        .map(|v| v.to_str().unwrap().to_owned())
+                        .unwrap_or_default();
+                    record.lock().unwrap().push(priority.clone());
+                    let rank = priority
+                        .parse::<tidegate_core::Priority>()
+                        .map_or(u16::MAX, |p| p.rank());
+                    let mut response = Response::new(Full::new(Bytes::from_static(b"ok\n")));
+                    if rank > 128 {
+                        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                        response.headers_mut().insert(
+                            "tidegate-cutoff",
+                            http::HeaderValue::from_static("rank=128, ttl=30s"),
+                        );
+                    }
+                    async move { Ok::<_, Infallible>(response) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// One GET with a priority: status, the `tidegate-cutoff` of the response, and the body.
+async fn get(addr: SocketAddr, path: &str, priority: &str) -> (StatusCode, Option<String>, String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = Request::get(path).header("host", addr.to_string());
+    if !priority.is_empty() {
+        request = request.header("tidegate-priority", priority);
+    }
+    let response = sender
+        .send_request(request.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let cutoff = response
+        .headers()
+        .get("tidegate-cutoff")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, cutoff, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Starts an origin; it stops when the sender is dropped.
+async fn start(config: OriginConfig) -> (SocketAddr, oneshot::Sender<()>) {
+    let origin = Origin::bind(config).await.unwrap();
+    let addr = origin.addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(origin.run(async {
+        let _ = stopped.await;
+    }));
+    (addr, stop)
+}
+
+/// An origin calling `hop` at `/b`, feedback on or off.
+fn calling(hop: SocketAddr, service: ServiceConfig, feedback: bool) -> OriginConfig {
+    let mut config = OriginConfig::new(service, "127.0.0.1:0".parse().unwrap());
+    config.call = Some(format!("http://{hop}/b").parse().unwrap());
+    config.call_feedback = feedback;
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff() {
+    let (hop, seen) = next_hop().await;
+    let service = ServiceConfig {
+        spread: Spread::Constant,
+        pool: PoolConfig {
+            workers: NonZeroU32::new(4).unwrap(),
+            work: Nanos::from_millis(1),
+            ..PoolConfig::default()
+        },
+        ..ServiceConfig::default()
+    };
+    let (addr, _stop) = start(calling(hop, service, true)).await;
+
+    // Admitted at the next hop: 200, and the priority travelled.
+    let (status, cutoff, _) = get(addr, "/a", "0/5").await;
+    assert_eq!((status, cutoff), (StatusCode::OK, None));
+    // Refused there: the chain failed (502), and its cut-off comes back to the caller.
+    let (status, cutoff, body) = get(addr, "/a", "2/0").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    let cutoff = cutoff.expect("the next hop's cut-off is passed on");
+    assert!(cutoff.starts_with("rank=128, ttl="), "{cutoff}");
+    // Now held back without a call: 503.
+    let (status, _, body) = get(addr, "/a", "2/0").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("held back"), "{body}");
+    // The cut rank itself is sent: the next hop decides about it.
+    let (status, _, _) = get(addr, "/a", "1/0").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(*seen.lock().unwrap(), ["0/5", "2/0", "1/0"]);
+
+    let (_, _, metrics) = get(addr, "/metrics", "").await;
+    for line in [
+        "tidegate_origin_calls_total{outcome=\"ok\"} 2",
+        "tidegate_origin_calls_total{outcome=\"held_back\"} 1",
+        "tidegate_origin_calls_total{outcome=\"failed\"} 1",
+        "tidegate_origin_invalid_cutoffs_total 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_feedback_everything_is_sent_and_nothing_passed_on() {
+    let (hop, seen) = next_hop().await;
+    let (addr, _stop) = start(calling(hop, ServiceConfig::default(), false)).await;
+    for _ in 0..2 {
+        let (status, cutoff, body) = get(addr, "/a", "2/0").await;
+        assert_eq!((status, cutoff), (StatusCode::BAD_GATEWAY, None), "{body}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_hop_that_is_not_there_fails_the_chain() {
+    // A port nobody listens on: bind, read the address, close.
+    let gone = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gone_addr = gone.local_addr().unwrap();
+    drop(gone);
+    let (addr, _stop) = start(calling(gone_addr, ServiceConfig::default(), true)).await;
+    let (status, cutoff, body) = get(addr, "/", "").await;
+    assert_eq!((status, cutoff), (StatusCode::BAD_GATEWAY, None), "{body}");
+    assert!(body.contains("no response"), "{body}");
+}
