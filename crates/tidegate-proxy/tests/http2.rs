@@ -256,3 +256,94 @@ async fn ping_and_settings_floods_are_answered_within_bounds() {
     served_alongside(&proxy).await;
     within_memory(before, 64 << 20, "PING and SETTINGS flood");
 }
+
+/// A client that reads its socket but never opens a stream's flow-control window (an initial
+/// window of 0, no WINDOW_UPDATE): the response cannot leave, while the socket stays
+/// writable. Within the write timeout its connection is closed, the slot freed, and the
+/// request counted once, as cancelled.
+#[tokio::test]
+async fn a_client_that_never_opens_a_streams_window_loses_its_connection_and_slot() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.connections.write_timeout = Nanos::from_millis(300);
+    let proxy = TestProxy::start(config).await;
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let mut client = within("the handshake", client.ready()).await.unwrap();
+    let request = http::Request::get(proxy.url("/big?100000"))
+        .body(())
+        .unwrap();
+    let (response, _stream) = client.send_request(request, true).unwrap();
+    // The head leaves (HEADERS are not flow-controlled); the body never can.
+    let response = within("the response head", response).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    eventually("the slot to be freed", || async {
+        proxy.gate("a").await["inflight"] == 0
+    })
+    .await;
+    let _ = within("the connection to be closed", connection).await;
+    drop(response);
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_client_connections_closed_total",
+            &[("reason", "write_timeout")]
+        ),
+        1.0
+    );
+    let counts = ledgers_agree(&proxy, "a").await;
+    assert_eq!(counts["cancelled"], 1.0, "{counts:?}");
+    assert_eq!(counts.values().sum::<f64>(), 1.0, "{counts:?}");
+    served_alongside(&proxy).await;
+}
+
+/// An HTTP/2 connection with no stream open for the idle timeout gets GOAWAY and is closed:
+/// it was held open for ever after its last request.
+#[tokio::test]
+async fn an_idle_http2_connection_is_shut_down() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.connections.idle_timeout = Nanos::from_millis(300);
+    let proxy = TestProxy::start(config).await;
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let mut client = within("the handshake", client.ready()).await.unwrap();
+    let request = http::Request::get(proxy.url("/big?1000")).body(()).unwrap();
+    let (response, _stream) = client.send_request(request, true).unwrap();
+    let mut body = within("the response", response).await.unwrap().into_body();
+    let mut received = 0;
+    while let Some(data) = within("the body", body.data()).await {
+        let data = data.unwrap();
+        received += data.len();
+        let _ = body.flow_control().release_capacity(data.len());
+    }
+    assert_eq!(received, 1000);
+    // GOAWAY with no error, then the end of the connection.
+    within("the idle connection to be shut down", connection)
+        .await
+        .unwrap()
+        .unwrap();
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_client_connections_closed_total",
+            &[("reason", "idle_timeout")]
+        ),
+        1.0
+    );
+    eventually("the connection to be counted closed", || async {
+        proxy
+            .metrics()
+            .await
+            .sum("tidegate_client_connections", &[])
+            == 0.0
+    })
+    .await;
+    assert_eq!(ledgers_agree(&proxy, "a").await["ok"], 1.0);
+}
