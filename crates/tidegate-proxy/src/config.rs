@@ -390,6 +390,10 @@ impl Config {
             ),
             ("connections.write_timeout", self.connections.write_timeout),
             ("connections.idle_timeout", self.connections.idle_timeout),
+            (
+                "connections.http2_keep_alive_interval",
+                self.connections.http2_keep_alive_interval,
+            ),
         ] {
             if value.is_zero() {
                 return invalid(key, "must be longer than zero".to_owned());
@@ -696,6 +700,12 @@ pub(crate) mod tests {
                 2,
                 "idle_timeout",
                 "no unit",
+            ),
+            (
+                "[connections]\nhttp2_keep_alive_interval = \"0ms\"\n",
+                2,
+                "http2_keep_alive_interval",
+                "longer than zero",
             ),
         ] {
             let err = message(&Config::parse(text, "bad.toml").unwrap_err());

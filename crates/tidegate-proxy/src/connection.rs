@@ -16,7 +16,10 @@
 //!   frees the slot (counted as cancelled).
 //! - **HTTP/2.** An HTTP/2 connection with no stream open for `idle_timeout` is shut down
 //!   (GOAWAY), and one whose client leaves a response waiting for its flow-control window for
-//!   `write_timeout` is closed as a blocked write would close it (`crate::http2_watch`).
+//!   `write_timeout` is closed as a blocked write would close it (`crate::http2_watch`). One
+//!   that sends nothing for `http2_keep_alive_interval` gets a PING, and is closed if it has
+//!   not answered within `write_timeout`: a client gone without a word no longer holds its
+//!   open streams.
 //! - **Heads and HTTP/2 limits.** Heads past `max_header_bytes` get 431 (HTTP/1.1) or a reset
 //!   (HTTP/2, which also bounds CONTINUATION floods); HTTP/2 connections carry at most
 //!   `http2_max_concurrent_streams` streams, and the rapid-reset limits are explicit.
@@ -68,6 +71,10 @@ pub struct ConnectionsConfig {
     /// (GOAWAY, then closed). HTTP/1.1's idle wait is `header_read_timeout`.
     #[serde(deserialize_with = "checks::positive_duration")]
     pub idle_timeout: Nanos,
+    /// How long an HTTP/2 client may send nothing before it gets a PING, which it must answer
+    /// within `write_timeout` or lose the connection.
+    #[serde(deserialize_with = "checks::positive_duration")]
+    pub http2_keep_alive_interval: Nanos,
     /// Largest request head: past it 431 (HTTP/1.1) or a stream reset (HTTP/2). At least
     /// 8192.
     #[serde(deserialize_with = "checks::header_bytes")]
@@ -91,6 +98,7 @@ impl Default for ConnectionsConfig {
             header_read_timeout: Nanos::from_secs(30),
             write_timeout: Nanos::from_secs(30),
             idle_timeout: Nanos::from_secs(60),
+            http2_keep_alive_interval: Nanos::from_secs(30),
             max_header_bytes: 64 * 1024,
             max_headers: 100,
             http2_max_concurrent_streams: 128,
@@ -115,6 +123,8 @@ enum Closed {
     Write,
     /// An HTTP/2 connection with no stream open for `idle_timeout`.
     Idle,
+    /// An HTTP/2 client that did not answer a keep-alive PING within `write_timeout`.
+    Ping,
 }
 
 impl Closed {
@@ -124,6 +134,7 @@ impl Closed {
             Closed::FirstRequest => "header_timeout",
             Closed::Write => "write_timeout",
             Closed::Idle => "idle_timeout",
+            Closed::Ping => "ping_timeout",
         }
     }
 }
@@ -138,7 +149,7 @@ pub(crate) struct Connections {
     idle_timeout: Duration,
     open: Gauge,
     /// By [`Closed`].
-    closed: [Counter; 4],
+    closed: [Counter; 5],
     /// TLS termination, when `[tls]` has a certificate.
     tls: Option<tls::Listener>,
 }
@@ -164,7 +175,9 @@ impl Connections {
             .max_concurrent_streams(config.http2_max_concurrent_streams)
             .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
             .max_pending_accept_reset_streams(config.http2_max_pending_accept_reset_streams)
-            .max_local_error_reset_streams(config.http2_max_local_error_reset_streams);
+            .max_local_error_reset_streams(config.http2_max_local_error_reset_streams)
+            .keep_alive_interval(duration(config.http2_keep_alive_interval))
+            .keep_alive_timeout(duration(config.write_timeout));
         if !http2 {
             builder = builder.http1_only();
         }
@@ -177,7 +190,7 @@ impl Connections {
         );
         registry.register(
             "tidegate_client_connections_closed",
-            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading, or left an HTTP/2 response without window), idle_timeout (an HTTP/2 connection with no stream open)",
+            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading, or left an HTTP/2 response without window), idle_timeout (an HTTP/2 connection with no stream open), ping_timeout (an HTTP/2 client that did not answer a keep-alive PING)",
             closed.clone(),
         );
         let closed = [
@@ -185,6 +198,7 @@ impl Connections {
             Closed::FirstRequest,
             Closed::Write,
             Closed::Idle,
+            Closed::Ping,
         ]
         .map(|reason| {
             closed
@@ -317,9 +331,14 @@ impl Connections {
                 .downcast_ref::<hyper::Error>()
                 .is_some_and(hyper::Error::is_timeout)
             {
-                // hyper's own header timeout (HTTP/1.1 heads after the first, or a first
-                // head whose timer hyper started just before this one).
-                self.close(Closed::FirstRequest);
+                // Over HTTP/2 hyper's only timer is the keep-alive PING's; over HTTP/1.1 it
+                // is the header timeout (heads after the first, or a first head whose timer
+                // hyper started just before this one).
+                self.close(if streams.is_http2() {
+                    Closed::Ping
+                } else {
+                    Closed::FirstRequest
+                });
             }
         }
     }

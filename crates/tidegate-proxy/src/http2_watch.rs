@@ -89,6 +89,11 @@ impl Http2Watch {
         })
     }
 
+    /// Whether the connection has carried an HTTP/2 request.
+    pub(crate) fn is_http2(&self) -> bool {
+        self.http2.load(Ordering::Relaxed)
+    }
+
     fn now(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos())
             .unwrap_or(u64::MAX - 1)
@@ -233,14 +238,7 @@ mod tests {
     async fn idle_once_no_stream_is_open_or_started_for_the_idle_timeout() {
         let watch = Http2Watch::new();
         let stream = watch.opened(Version::HTTP_2);
-        let run = tokio::spawn({
-            let watch = watch.clone();
-            async move {
-                watch
-                    .run(Duration::from_secs(8), Duration::from_secs(4))
-                    .await
-            }
-        });
+        let run = watching(&watch, 8, 4);
         // Open for 20 s: not idle, however long.
         tokio::time::sleep(Duration::from_secs(20)).await;
         assert!(!run.is_finished());
@@ -257,14 +255,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_body_not_taken_for_the_write_timeout_is_stalled_and_a_taken_one_is_not() {
         let watch = Http2Watch::new();
-        let run = tokio::spawn({
-            let watch = watch.clone();
-            async move {
-                watch
-                    .run(Duration::from_secs(600), Duration::from_secs(4))
-                    .await
-            }
-        });
+        let run = watching(&watch, 600, 4);
         // Taken frame by frame every 3 s: never stalled.
         let mut taken = Watched::new(
             http_body_util::StreamBody::new(futures_stream(5)),
@@ -287,6 +278,20 @@ mod tests {
             waited >= Duration::from_secs(4) && waited <= Duration::from_secs(5),
             "{waited:?}"
         );
+    }
+
+    /// The watch run in a task of its own, with these timeouts in seconds.
+    fn watching(
+        watch: &Arc<Http2Watch>,
+        idle: u64,
+        write: u64,
+    ) -> tokio::task::JoinHandle<Verdict> {
+        let watch = watch.clone();
+        tokio::spawn(async move {
+            watch
+                .run(Duration::from_secs(idle), Duration::from_secs(write))
+                .await
+        })
     }
 
     /// `n` data frames, each ready at once.

@@ -124,6 +124,7 @@ const PING: u8 = 6;
 const GOAWAY: u8 = 7;
 const CONTINUATION: u8 = 9;
 const END_STREAM: u8 = 1;
+const END_HEADERS: u8 = 4;
 
 /// An HPACK integer with a `prefix`-bit prefix (RFC 7541 section 5.1), after `first`'s high
 /// bits.
@@ -149,6 +150,24 @@ fn hpack_literal(name: &str, value: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(name.as_bytes());
     hpack_int(0, 7, value.len(), out);
     out.extend_from_slice(value.as_bytes());
+}
+
+/// A connection's start: the preface, empty SETTINGS, and HEADERS for a GET of `path` on
+/// stream 1 with `flags`.
+fn preface_and_get(path: &str, flags: u8) -> Vec<u8> {
+    let mut start = PREFACE.to_vec();
+    start.extend(frame(SETTINGS, 0, 0, &[]));
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "t"),
+    ] {
+        hpack_literal(name, value, &mut block);
+    }
+    start.extend(frame(HEADERS, flags, 1, &block));
+    start
 }
 
 /// Reads frames until one of `kinds` arrives or the proxy closes the connection: which one
@@ -184,19 +203,11 @@ async fn a_continuation_flood_is_cut_off() {
     let proxy = TestProxy::start(config).await;
     let before = rss_bytes();
     let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let mut start = PREFACE.to_vec();
-    start.extend(frame(SETTINGS, 0, 0, &[]));
-    let mut block = Vec::new();
-    for (name, value) in [
-        (":method", "GET"),
-        (":scheme", "http"),
-        (":path", "/echo"),
-        (":authority", "t"),
-    ] {
-        hpack_literal(name, value, &mut block);
-    }
-    start.extend(frame(HEADERS, END_STREAM, 1, &block));
-    stream.write_all(&start).await.unwrap();
+    // Without END_HEADERS: the block goes on in CONTINUATION frames.
+    stream
+        .write_all(&preface_and_get("/echo", END_STREAM))
+        .await
+        .unwrap();
     let mut filler = Vec::new();
     while filler.len() < 15_000 {
         hpack_literal("x-flood", &"a".repeat(1000), &mut filler);
@@ -346,4 +357,45 @@ async fn an_idle_http2_connection_is_shut_down() {
     })
     .await;
     assert_eq!(ledgers_agree(&proxy, "a").await["ok"], 1.0);
+}
+
+/// A client that opens a stream and then goes silent, answering nothing (as one gone without
+/// closing its socket): after the keep-alive interval it gets a PING, and without an answer
+/// within the write timeout its connection is closed; the request is counted once, when the
+/// upstream answers.
+#[tokio::test]
+async fn a_client_that_does_not_answer_a_ping_loses_its_connection() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.connections.http2_keep_alive_interval = Nanos::from_millis(200);
+    config.connections.write_timeout = Nanos::from_millis(200);
+    let proxy = TestProxy::start(config).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(&preface_and_get("/hold", END_HEADERS | END_STREAM))
+        .await
+        .unwrap();
+    origin.wait_held(1).await;
+    // Read everything (the proxy's SETTINGS, its PING), answer nothing, until closed.
+    let mut pinged = false;
+    while until_frame(&mut stream, &[PING]).await.is_some() {
+        pinged = true;
+    }
+    assert!(pinged, "closed without a PING");
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_client_connections_closed_total",
+            &[("reason", "ping_timeout")]
+        ),
+        1.0
+    );
+    origin.release(1);
+    eventually("the request to be counted", || async {
+        proxy.gate("a").await["inflight"] == 0
+    })
+    .await;
+    let counts = ledgers_agree(&proxy, "a").await;
+    assert_eq!(counts.values().sum::<f64>(), 1.0, "{counts:?}");
+    served_alongside(&proxy).await;
 }
