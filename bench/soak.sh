@@ -153,9 +153,14 @@ pids+=("$!")
 faults=$!
 
 date +%s >"$out/load_started"
+# Connections the kernel dropped from full listen queues, machine-wide (any process's): a
+# request the generator counts as sent may never have had a connection.
+listen_overflows() { nstat -az TcpExtListenOverflows 2>/dev/null | awk '$1 == "TcpExtListenOverflows" { print $2 }'; }
+listen_overflows >"$out/overflows_before"
 "$tidegate" load "http://127.0.0.1:$proxy_port/" --rate "$rate" --duration "${seconds}s" \
     --tiers 0:10,1:20,3:40,5:30 --cohort-keys 1000 --key-header tidegate-key --timeout 2s \
     --progress never --json >"$out/load.json"
+listen_overflows >"$out/overflows_after"
 kill "$faults" 2>/dev/null || true
 wait "$faults" 2>/dev/null || true
 [[ -f "$out/origin_pid" ]] && origin_pid=$(cat "$out/origin_pid")
@@ -227,6 +232,11 @@ if forwarded != arrived + unread:
     bad.append("proxy/origin")
 closed = {l["reason"]: int(v) for l, v in series.get("tidegate_client_connections_closed_total", [])}
 print(f"connections closed by the proxy: {closed}")
+try:
+    overflows = int(open(f"{out}/overflows_after").read()) - int(open(f"{out}/overflows_before").read())
+    print(f"listen queue overflows on the machine during the load (any process's): {overflows}")
+except ValueError:
+    pass
 # Time to full goodput after each restart: from the restart to the first second with at least
 # 90% of the ok responses per second of the 9 seconds before the origin hung.
 import statistics
