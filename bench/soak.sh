@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
 # A soak of the proxy under 10x overload with faults on a schedule, reconciled at the end.
 #
-# An origin (`tidegate origin`, 10 workers of 100 ms: 100 requests/s) behind the proxy, and
-# `tidegate load` at 10x that with mixed tiers (0, 1, 3, 5) and caller keys, for DURATION.
+# An origin (10 workers of 100 ms: 100 requests/s) behind the proxy, and `tidegate load` at 10x that with mixed tiers (0, 1, 3, 5) and caller keys, for DURATION.
 # Every PERIOD (default 60 s) the faults come round: the origin hung (SIGSTOP) for 5 s, then
-# killed and restarted on its port, and a burst of slow clients (request heads never
+# killed (SIGKILL) and restarted on its port, and a burst of slow clients (request heads never
 # finished) opened on the proxy. RSS and open file descriptors of the proxy, and its gate's
 # limit, are sampled every second into samples.csv and charted (rss-fds.svg).
 #
 #   bench/soak.sh [DURATION] [RATE] [PERIOD]     (default: 10m, 1000 requests/s, 60s)
 #
-# At the end, once the proxy has finished every request, it reconciles and prints:
+# The origin is bench/soak_origin.py (10 workers of 100 ms: 100 requests/s, a queue of 100),
+# which counts every request head it reads in a file the moment it reads it: its count is
+# exact however it ends. Its kill is a SIGKILL of the origin frozen (SIGSTOP) for half a
+# second first: while it is frozen the proxy's slots to it fill and nothing more is sent, so
+# the requests it will never read (those still in its sockets' receive queues, one per socket
+# with unread bytes, as the proxy does not pipeline) can be counted with ss before it dies;
+# the proxy is paused (SIGSTOP) for the instant of the kill itself.
+#
+# At the end, once the proxy has finished every request, it reconciles, and every difference
+# must be 0:
 #   - the load generator's requests sent, less those it saw closed without an answer (sent on
 #     a kept-alive connection just as the proxy closed it for idling: they never reach the
 #     proxy), against the proxy's count of requests (every class of
-#     tidegate_request_duration_seconds): their difference must be 0;
+#     tidegate_request_duration_seconds);
 #   - the proxy's two ledgers, the duration histogram's classes against the gate's
-#     tidegate_requests_total outcomes: every difference must be 0;
-#   - the origin's arrivals (summed over its restarts) beside the requests the proxy admitted
-#     (a request admitted just as the origin was killed may not have arrived);
-#   - RSS at the start of load, its peak, and at the end, and the file descriptors likewise;
-#   - for each restart of the origin, the time until goodput is back to 90% of what it was
-#     before the fault.
-# It exits 1 if a difference that must be 0 is not. Output: a directory named at the end.
+#     tidegate_requests_total outcomes;
+#   - the requests the proxy forwarded (admitted: ok, dropped, ignored, cancelled in flight;
+#     less those whose connection to the origin failed, tidegate_upstream_errors_total
+#     {kind="connect"}) against the origin's count (summed over its restarts) plus the
+#     requests its kills left unread.
+# It also prints RSS at the start of load, its peak, and at the end, the file descriptors
+# likewise, and for each restart of the origin the time until goodput is back to 90% of what
+# it was before the fault. It exits 1 if a difference is not 0. Output: a directory named at
+# the end.
 set -euo pipefail
 
 duration="${1:-10m}"
@@ -41,6 +51,7 @@ trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
 install_tools curl python3
+command -v ss >/dev/null || apt_install iproute2
 
 build_tidegate
 
@@ -51,19 +62,19 @@ m = re.fullmatch(r'(\d+)(s|m|h)?', '$duration')
 if not m: sys.exit('DURATION: a whole number of s, m or h, such as 90s or 10m')
 print(int(m[1]) * {'s': 1, 'm': 60, 'h': 3600, None: 1}[m[2]])")
 
-# The origin's arrivals, summed over its restarts: each instance's counter, read just before
-# it is killed, is added here.
-arrived_before=0
-origin_metric() {
-    curl -sf --max-time 5 "http://127.0.0.1:$origin_port/metrics" |
-        awk -v name="$1" 'index($1, name) == 1 && substr($1, length(name) + 1, 1) ~ /^[{]?$/ { s += $2 }
-            END { printf "%d", s }'
-}
+# Each instance of the origin counts its arrivals in a file of its own: arrived.1, .2, ...
+instance=0
 start_origin() {
-    "$tidegate" origin --listen "127.0.0.1:$origin_port" --workers 10 --work 100ms --queue 100 \
+    instance=$((instance + 1))
+    python3 "$root/bench/soak_origin.py" "$origin_port" "$out/arrived.$instance" 10 0.1 100 \
         >>"$out/origin.log" 2>&1 &
     origin_pid=$!
     wait_port "$origin_port"
+}
+# Requests sent to the origin that it has not read: one per socket of its port with bytes in
+# its receive queue (accepted or still in the listener's queue).
+unread() {
+    ss -Htn state established "( sport = :$origin_port )" | awk '$1 > 0 { n++ } END { print n + 0 }'
 }
 start_origin
 
@@ -112,10 +123,18 @@ pids+=("$!")
         sleep 5
         kill -CONT "$origin_pid" && echo "$(date +%s) origin resumed" >>"$out/faults.log"
         sleep 15
-        arrived_before=$((arrived_before + $(origin_metric tidegate_origin_arrived_total)))
-        echo "$arrived_before" >"$out/arrived_before"
-        kill "$origin_pid"
+        # Frozen, the origin reads nothing more and the proxy's slots to it fill: what is
+        # unread now is what the kill loses.
+        kill -STOP "$origin_pid"
+        sleep 0.5
+        # The proxy paused for the instant of the kill: a dying process closes its sockets
+        # one after another, and a request sent meanwhile on one closed later would be lost
+        # unread and uncounted. Paused, the proxy finds them all closed when it resumes.
+        kill -STOP "$proxy_pid"
+        echo "$(unread)" >>"$out/unread"
+        kill -KILL "$origin_pid"
         wait "$origin_pid" 2>/dev/null || true
+        kill -CONT "$proxy_pid"
         echo "$(date +%s) origin killed" >>"$out/faults.log"
         sleep 1
         start_origin
@@ -134,14 +153,18 @@ pids+=("$!")
 faults=$!
 
 date +%s >"$out/load_started"
+# Connections the kernel dropped from full listen queues, machine-wide (any process's): a
+# request the generator counts as sent may never have had a connection.
+listen_overflows() { nstat -az TcpExtListenOverflows 2>/dev/null | awk '$1 == "TcpExtListenOverflows" { print $2 }'; }
+listen_overflows >"$out/overflows_before"
 "$tidegate" load "http://127.0.0.1:$proxy_port/" --rate "$rate" --duration "${seconds}s" \
     --tiers 0:10,1:20,3:40,5:30 --cohort-keys 1000 --key-header tidegate-key --timeout 2s \
     --progress never --json >"$out/load.json"
+listen_overflows >"$out/overflows_after"
 kill "$faults" 2>/dev/null || true
 wait "$faults" 2>/dev/null || true
 [[ -f "$out/origin_pid" ]] && origin_pid=$(cat "$out/origin_pid")
 kill -CONT "$origin_pid" 2>/dev/null || true
-[[ -f "$out/arrived_before" ]] && arrived_before=$(cat "$out/arrived_before")
 
 # Every request ended at the proxy: nothing in flight, queued, or abandoned at the upstream.
 metrics() { curl -sf --max-time 5 "http://127.0.0.1:$admin_port/metrics"; }
@@ -153,9 +176,9 @@ for _ in $(seq 300); do
 done
 metrics >"$out/metrics.txt"
 
-python3 - "$out" "$arrived_before" "$(origin_metric tidegate_origin_arrived_total)" <<'PY'
-import json, re, sys
-out, arrived_before, arrived_now = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+python3 - "$out" <<'PY'
+import glob, json, re, sys
+out = sys.argv[1]
 load = json.load(open(f"{out}/load.json"))
 series = {}
 for line in open(f"{out}/metrics.txt"):
@@ -195,10 +218,25 @@ for what, h, r in pairs:
     print(f"ledgers {what}: histogram {h} - requests_total {r} = {h - r}")
     if h != r:
         bad.append(what)
-admitted = hist["ok"] + hist["dropped"] + hist["ignored"] + hist["client_error"] + out_("cancelled_inflight")
-print(f"origin arrived {arrived_before + arrived_now} (over its restarts); proxy admitted {admitted}")
+# What the proxy forwarded, and what reached the origin.
+admitted = out_("ok") + out_("dropped") + out_("ignored") + out_("cancelled_inflight")
+connect_failed = total("tidegate_upstream_errors_total", kind="connect")
+forwarded = admitted - connect_failed
+arrived = sum(int(open(f).read().strip() or 0) for f in glob.glob(f"{out}/arrived.*"))
+unread = sum(int(l) for l in open(f"{out}/unread")) if glob.glob(f"{out}/unread") else 0
+print(f"proxy forwarded {forwarded} (admitted {admitted} - connect failures {connect_failed}); "
+      f"origin counted {arrived} over {len(glob.glob(f'{out}/arrived.*'))} instances, "
+      f"its kills left {unread} unread")
+print(f"forwarded - origin counted - unread = {forwarded - arrived - unread}")
+if forwarded != arrived + unread:
+    bad.append("proxy/origin")
 closed = {l["reason"]: int(v) for l, v in series.get("tidegate_client_connections_closed_total", [])}
 print(f"connections closed by the proxy: {closed}")
+try:
+    overflows = int(open(f"{out}/overflows_after").read()) - int(open(f"{out}/overflows_before").read())
+    print(f"listen queue overflows on the machine during the load (any process's): {overflows}")
+except ValueError:
+    pass
 # Time to full goodput after each restart: from the restart to the first second with at least
 # 90% of the ok responses per second of the 9 seconds before the origin hung.
 import statistics

@@ -8,6 +8,7 @@ use http::header::{
     CONNECTION, CONTENT_LENGTH, HOST, PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 use serde::{Deserialize, Deserializer};
+use tidegate_core::Nanos;
 
 use crate::config::UpstreamConfig;
 use crate::upstream::Target;
@@ -116,4 +117,14 @@ pub(crate) fn upstreams<'de, D: Deserializer<'de>>(
 ) -> Result<Vec<UpstreamConfig>, D::Error> {
     let upstreams = Vec::<UpstreamConfig>::deserialize(deserializer)?;
     refuse::<D, _>(duplicate_upstream(&upstreams), upstreams)
+}
+
+pub(crate) fn positive_duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Nanos, D::Error> {
+    let nanos = Nanos::deserialize(deserializer)?;
+    let reason = nanos
+        .is_zero()
+        .then(|| "must be longer than zero".to_owned());
+    refuse::<D, _>(reason, nanos)
 }

@@ -389,6 +389,11 @@ impl Config {
                 self.connections.header_read_timeout,
             ),
             ("connections.write_timeout", self.connections.write_timeout),
+            ("connections.idle_timeout", self.connections.idle_timeout),
+            (
+                "connections.http2_keep_alive_interval",
+                self.connections.http2_keep_alive_interval,
+            ),
         ] {
             if value.is_zero() {
                 return invalid(key, "must be longer than zero".to_owned());
@@ -684,6 +689,24 @@ pub(crate) mod tests {
                 "frames or routes",
             ),
             ("[gate.limit.fixed]\nlimit = 0\n", 2, "limit", "at least 1"),
+            (
+                "[connections]\nmax = 10\nidle_timeout = \"0s\"\n",
+                3,
+                "idle_timeout",
+                "longer than zero",
+            ),
+            (
+                "[connections]\nidle_timeout = 60\n",
+                2,
+                "idle_timeout",
+                "no unit",
+            ),
+            (
+                "[connections]\nhttp2_keep_alive_interval = \"0ms\"\n",
+                2,
+                "http2_keep_alive_interval",
+                "longer than zero",
+            ),
         ] {
             let err = message(&Config::parse(text, "bad.toml").unwrap_err());
             assert!(

@@ -14,7 +14,13 @@
 //!   its request then holds its gate slot for as long as it likes: twenty such connections
 //!   starved everyone else. A write blocked for `write_timeout` closes the connection, which
 //!   frees the slot (counted as cancelled).
-//! - **Heads and HTTP/2.** Heads past `max_header_bytes` get 431 (HTTP/1.1) or a reset
+//! - **HTTP/2.** An HTTP/2 connection with no stream open for `idle_timeout` is shut down
+//!   (GOAWAY), and one whose client leaves a response waiting for its flow-control window for
+//!   `write_timeout` is closed as a blocked write would close it (`crate::http2_watch`). One
+//!   that sends nothing for `http2_keep_alive_interval` gets a PING, and is closed if it has
+//!   not answered within `write_timeout`: a client gone without a word no longer holds its
+//!   open streams.
+//! - **Heads and HTTP/2 limits.** Heads past `max_header_bytes` get 431 (HTTP/1.1) or a reset
 //!   (HTTP/2, which also bounds CONTINUATION floods); HTTP/2 connections carry at most
 //!   `http2_max_concurrent_streams` streams, and the rapid-reset limits are explicit.
 //!
@@ -31,7 +37,6 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::Watcher;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -40,10 +45,12 @@ use serde::{Deserialize, Serialize};
 use tidegate_core::Nanos;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 
 use crate::checks;
 use crate::config::duration;
 use crate::handler::{self, Shared};
+use crate::http2_watch::{Http2Watch, Verdict, Watched};
 use crate::stall::Stall;
 use crate::tls;
 use crate::trust::Peer;
@@ -60,6 +67,14 @@ pub struct ConnectionsConfig {
     /// Longest a write to a client may stay blocked (the client not reading); then the
     /// connection is closed and its requests' slots freed.
     pub write_timeout: Nanos,
+    /// How long an HTTP/2 connection may stay with no stream open before it is shut down
+    /// (GOAWAY, then closed). HTTP/1.1's idle wait is `header_read_timeout`.
+    #[serde(deserialize_with = "checks::positive_duration")]
+    pub idle_timeout: Nanos,
+    /// How long an HTTP/2 client may send nothing before it gets a PING, which it must answer
+    /// within `write_timeout` or lose the connection.
+    #[serde(deserialize_with = "checks::positive_duration")]
+    pub http2_keep_alive_interval: Nanos,
     /// Largest request head: past it 431 (HTTP/1.1) or a stream reset (HTTP/2). At least
     /// 8192.
     #[serde(deserialize_with = "checks::header_bytes")]
@@ -82,6 +97,8 @@ impl Default for ConnectionsConfig {
             max: 10_000,
             header_read_timeout: Nanos::from_secs(30),
             write_timeout: Nanos::from_secs(30),
+            idle_timeout: Nanos::from_secs(60),
+            http2_keep_alive_interval: Nanos::from_secs(30),
             max_header_bytes: 64 * 1024,
             max_headers: 100,
             http2_max_concurrent_streams: 128,
@@ -101,8 +118,13 @@ enum Closed {
     /// No request head within `header_read_timeout` (the first, or a later one over
     /// HTTP/1.1).
     FirstRequest,
-    /// A write blocked past `write_timeout`.
+    /// A write blocked past `write_timeout`, or an HTTP/2 response left waiting for its
+    /// flow-control window as long.
     Write,
+    /// An HTTP/2 connection with no stream open for `idle_timeout`.
+    Idle,
+    /// An HTTP/2 client that did not answer a keep-alive PING within `write_timeout`.
+    Ping,
 }
 
 impl Closed {
@@ -111,6 +133,8 @@ impl Closed {
             Closed::Refused => "max_connections",
             Closed::FirstRequest => "header_timeout",
             Closed::Write => "write_timeout",
+            Closed::Idle => "idle_timeout",
+            Closed::Ping => "ping_timeout",
         }
     }
 }
@@ -122,9 +146,10 @@ pub(crate) struct Connections {
     max: i64,
     pub(crate) header_read_timeout: Duration,
     write_timeout: Duration,
+    idle_timeout: Duration,
     open: Gauge,
     /// By [`Closed`].
-    closed: [Counter; 3],
+    closed: [Counter; 5],
     /// TLS termination, when `[tls]` has a certificate.
     tls: Option<tls::Listener>,
 }
@@ -150,7 +175,9 @@ impl Connections {
             .max_concurrent_streams(config.http2_max_concurrent_streams)
             .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
             .max_pending_accept_reset_streams(config.http2_max_pending_accept_reset_streams)
-            .max_local_error_reset_streams(config.http2_max_local_error_reset_streams);
+            .max_local_error_reset_streams(config.http2_max_local_error_reset_streams)
+            .keep_alive_interval(duration(config.http2_keep_alive_interval))
+            .keep_alive_timeout(duration(config.write_timeout));
         if !http2 {
             builder = builder.http1_only();
         }
@@ -163,10 +190,17 @@ impl Connections {
         );
         registry.register(
             "tidegate_client_connections_closed",
-            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading)",
+            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading, or left an HTTP/2 response without window), idle_timeout (an HTTP/2 connection with no stream open), ping_timeout (an HTTP/2 client that did not answer a keep-alive PING)",
             closed.clone(),
         );
-        let closed = [Closed::Refused, Closed::FirstRequest, Closed::Write].map(|reason| {
+        let closed = [
+            Closed::Refused,
+            Closed::FirstRequest,
+            Closed::Write,
+            Closed::Idle,
+            Closed::Ping,
+        ]
+        .map(|reason| {
             closed
                 .get_or_create(&vec![("reason", reason.as_str())])
                 .clone()
@@ -176,6 +210,7 @@ impl Connections {
             max: i64::try_from(config.max).unwrap_or(i64::MAX),
             header_read_timeout,
             write_timeout: duration(config.write_timeout),
+            idle_timeout: duration(config.idle_timeout),
             open,
             closed,
             tls,
@@ -193,12 +228,14 @@ impl Connections {
     }
 
     /// Serves one client connection, or closes it at once when `connections.max` are open.
+    /// `drain` changes when the proxy shuts down: the connection then finishes what it has
+    /// and closes (it holds `drain` until then, which the shutdown waits for).
     pub(crate) async fn serve(
         self: Arc<Self>,
         stream: TcpStream,
         shared: Arc<Shared>,
         client: Peer,
-        watcher: Watcher,
+        mut drain: watch::Receiver<()>,
     ) {
         if self.open.inc() >= self.max {
             self.open.dec();
@@ -208,11 +245,20 @@ impl Connections {
         let _open = Open(&self.open);
         let _ = stream.set_nodelay(true);
         let asked = Arc::new(AtomicBool::new(false));
+        let streams = Http2Watch::new();
         let service = service_fn({
             let asked = asked.clone();
-            move |request| {
+            let streams = streams.clone();
+            move |request: hyper::Request<hyper::body::Incoming>| {
                 asked.store(true, Ordering::Relaxed);
-                handler::handle(shared.clone(), client.clone(), request)
+                let stream = streams.opened(request.version());
+                let response = handler::handle(shared.clone(), client.clone(), request);
+                async move {
+                    let response = response.await?;
+                    Ok::<_, std::convert::Infallible>(
+                        response.map(|body| Watched::new(body, stream)),
+                    )
+                }
             }
         });
         // The TLS handshake, if any, is part of the time to the first request head.
@@ -227,18 +273,56 @@ impl Connections {
         };
         let io = TokioIo::new(io);
         // With upgrades: a `101` hands the socket to `crate::upgrade`.
-        let connection = watcher.watch(self.builder.serve_connection_with_upgrades(io, service));
+        let connection = self.builder.serve_connection_with_upgrades(io, service);
         let mut connection = std::pin::pin!(connection);
+        let first_head = tokio::time::sleep_until(first_head);
+        let mut first_head = std::pin::pin!(first_head);
+        let mut first_head_due = true;
+        let watched = streams.run(self.idle_timeout, self.write_timeout);
+        let mut watched = std::pin::pin!(watched);
+        let mut watching = true;
+        let mut draining = false;
+        // Once shut down for idling, the time it has to finish (a stream whose data the
+        // client never took would hold it).
+        let closing = tokio::time::sleep(Duration::MAX);
+        let mut closing = std::pin::pin!(closing);
+        let mut closing_due = false;
         // A connection error is the client's business (it went away, or spoke something else
         // than HTTP): nothing to do with it but count the proxy's own reasons.
-        let result = match tokio::time::timeout_at(first_head, &mut connection).await {
-            Ok(result) => result,
-            // No request yet: dropping the connection closes it.
-            Err(_) if !asked.load(Ordering::Relaxed) => {
-                self.close(Closed::FirstRequest);
-                return;
+        let result = loop {
+            tokio::select! {
+                result = &mut connection => break result,
+                () = &mut first_head, if first_head_due => {
+                    // No request yet: dropping the connection closes it.
+                    if !asked.load(Ordering::Relaxed) {
+                        self.close(Closed::FirstRequest);
+                        return;
+                    }
+                    first_head_due = false;
+                }
+                _ = drain.changed(), if !draining => {
+                    draining = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                verdict = &mut watched, if watching => {
+                    watching = false;
+                    match verdict {
+                        Verdict::Stalled => {
+                            self.close(Closed::Write);
+                            return;
+                        }
+                        Verdict::Idle => {
+                            self.close(Closed::Idle);
+                            connection.as_mut().graceful_shutdown();
+                            closing
+                                .as_mut()
+                                .reset(tokio::time::Instant::now() + self.write_timeout);
+                            closing_due = true;
+                        }
+                    }
+                }
+                () = &mut closing, if closing_due => return,
             }
-            Err(_) => connection.await,
         };
         if let Err(error) = result {
             if is_write_timeout(error.as_ref()) {
@@ -247,9 +331,14 @@ impl Connections {
                 .downcast_ref::<hyper::Error>()
                 .is_some_and(hyper::Error::is_timeout)
             {
-                // hyper's own header timeout (HTTP/1.1 heads after the first, or a first
-                // head whose timer hyper started just before this one).
-                self.close(Closed::FirstRequest);
+                // Over HTTP/2 hyper's only timer is the keep-alive PING's; over HTTP/1.1 it
+                // is the header timeout (heads after the first, or a first head whose timer
+                // hyper started just before this one).
+                self.close(if streams.is_http2() {
+                    Closed::Ping
+                } else {
+                    Closed::FirstRequest
+                });
             }
         }
     }

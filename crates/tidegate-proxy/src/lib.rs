@@ -44,6 +44,7 @@ mod grpc;
 mod handler;
 #[cfg(test)]
 mod header_props;
+mod http2_watch;
 mod metrics;
 mod pool;
 mod readings;

@@ -15,7 +15,7 @@
 //! | `tidegate_priority_header_invalid_total` | counter | | priority headers that did not parse (the request got the default priority) |
 //! | `tidegate_priority_header_untrusted_total` | counter | | priority headers from clients outside `trust.sources`, not read (the request got the route's or the default priority) |
 //! | `tidegate_client_connections` | gauge | | client connections open (`crate::connection`) |
-//! | `tidegate_client_connections_closed_total` | counter | `reason` | client connections the proxy closed itself: `max_connections`, `header_timeout`, `write_timeout` |
+//! | `tidegate_client_connections_closed_total` | counter | `reason` | client connections the proxy closed itself: `max_connections`, `header_timeout`, `write_timeout`, `idle_timeout`, `ping_timeout` |
 //! | `tidegate_streams_open` | gauge | `upstream` | streams open, or asked for and waiting for their headers (`crate::stream`, which registers the three stream metrics) |
 //! | `tidegate_streams_total` | counter | `upstream`, `outcome` | streams by how they ended: `closed`, `error`, `idle`, `cancelled`, `refused`, `over_cap` |
 //! | `tidegate_stream_duration_seconds` | histogram | `upstream` | from a stream's response headers to its end |

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
@@ -160,7 +159,8 @@ impl Proxy {
             certificates,
         } = self;
         let clients = Arc::new(clients);
-        let graceful = GracefulShutdown::new();
+        // Changed when draining starts; each connection holds a receiver until it closes.
+        let (drain, _) = tokio::sync::watch::channel(());
         let mut connections = JoinSet::new();
         let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
         let admin_task = tokio::spawn(admin::serve(
@@ -189,7 +189,7 @@ impl Proxy {
                             stream,
                             shared.clone(),
                             client,
-                            graceful.watcher(),
+                            drain.subscribe(),
                         ));
                     }
                     // Out of file descriptors or a connection reset before it was accepted:
@@ -204,7 +204,8 @@ impl Proxy {
         // so are the upgraded connections.
         let tunnels = &shared.streams.tunnels;
         let drained = tokio::time::timeout(drain_timeout, async {
-            graceful.shutdown().await;
+            drain.send_replace(());
+            drain.closed().await;
             shared.abandoned.finished().await;
             tunnels.finished().await;
         })

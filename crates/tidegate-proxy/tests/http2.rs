@@ -124,6 +124,7 @@ const PING: u8 = 6;
 const GOAWAY: u8 = 7;
 const CONTINUATION: u8 = 9;
 const END_STREAM: u8 = 1;
+const END_HEADERS: u8 = 4;
 
 /// An HPACK integer with a `prefix`-bit prefix (RFC 7541 section 5.1), after `first`'s high
 /// bits.
@@ -149,6 +150,24 @@ fn hpack_literal(name: &str, value: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(name.as_bytes());
     hpack_int(0, 7, value.len(), out);
     out.extend_from_slice(value.as_bytes());
+}
+
+/// A connection's start: the preface, empty SETTINGS, and HEADERS for a GET of `path` on
+/// stream 1 with `flags`.
+fn preface_and_get(path: &str, flags: u8) -> Vec<u8> {
+    let mut start = PREFACE.to_vec();
+    start.extend(frame(SETTINGS, 0, 0, &[]));
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "t"),
+    ] {
+        hpack_literal(name, value, &mut block);
+    }
+    start.extend(frame(HEADERS, flags, 1, &block));
+    start
 }
 
 /// Reads frames until one of `kinds` arrives or the proxy closes the connection: which one
@@ -184,19 +203,11 @@ async fn a_continuation_flood_is_cut_off() {
     let proxy = TestProxy::start(config).await;
     let before = rss_bytes();
     let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let mut start = PREFACE.to_vec();
-    start.extend(frame(SETTINGS, 0, 0, &[]));
-    let mut block = Vec::new();
-    for (name, value) in [
-        (":method", "GET"),
-        (":scheme", "http"),
-        (":path", "/echo"),
-        (":authority", "t"),
-    ] {
-        hpack_literal(name, value, &mut block);
-    }
-    start.extend(frame(HEADERS, END_STREAM, 1, &block));
-    stream.write_all(&start).await.unwrap();
+    // Without END_HEADERS: the block goes on in CONTINUATION frames.
+    stream
+        .write_all(&preface_and_get("/echo", END_STREAM))
+        .await
+        .unwrap();
     let mut filler = Vec::new();
     while filler.len() < 15_000 {
         hpack_literal("x-flood", &"a".repeat(1000), &mut filler);
@@ -255,4 +266,136 @@ async fn ping_and_settings_floods_are_answered_within_bounds() {
     .await;
     served_alongside(&proxy).await;
     within_memory(before, 64 << 20, "PING and SETTINGS flood");
+}
+
+/// A client that reads its socket but never opens a stream's flow-control window (an initial
+/// window of 0, no WINDOW_UPDATE): the response cannot leave, while the socket stays
+/// writable. Within the write timeout its connection is closed, the slot freed, and the
+/// request counted once, as cancelled.
+#[tokio::test]
+async fn a_client_that_never_opens_a_streams_window_loses_its_connection_and_slot() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.connections.write_timeout = Nanos::from_millis(300);
+    let proxy = TestProxy::start(config).await;
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let mut client = within("the handshake", client.ready()).await.unwrap();
+    let request = http::Request::get(proxy.url("/big?100000"))
+        .body(())
+        .unwrap();
+    let (response, _stream) = client.send_request(request, true).unwrap();
+    // The head leaves (HEADERS are not flow-controlled); the body never can.
+    let response = within("the response head", response).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    eventually("the slot to be freed", || async {
+        proxy.gate("a").await["inflight"] == 0
+    })
+    .await;
+    let _ = within("the connection to be closed", connection).await;
+    drop(response);
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_client_connections_closed_total",
+            &[("reason", "write_timeout")]
+        ),
+        1.0
+    );
+    let counts = ledgers_agree(&proxy, "a").await;
+    assert_eq!(counts["cancelled"], 1.0, "{counts:?}");
+    assert_eq!(counts.values().sum::<f64>(), 1.0, "{counts:?}");
+    served_alongside(&proxy).await;
+}
+
+/// An HTTP/2 connection with no stream open for the idle timeout gets GOAWAY and is closed:
+/// it was held open for ever after its last request.
+#[tokio::test]
+async fn an_idle_http2_connection_is_shut_down() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.connections.idle_timeout = Nanos::from_millis(300);
+    let proxy = TestProxy::start(config).await;
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let mut client = within("the handshake", client.ready()).await.unwrap();
+    let request = http::Request::get(proxy.url("/big?1000")).body(()).unwrap();
+    let (response, _stream) = client.send_request(request, true).unwrap();
+    let mut body = within("the response", response).await.unwrap().into_body();
+    let mut received = 0;
+    while let Some(data) = within("the body", body.data()).await {
+        let data = data.unwrap();
+        received += data.len();
+        let _ = body.flow_control().release_capacity(data.len());
+    }
+    assert_eq!(received, 1000);
+    // GOAWAY with no error, then the end of the connection.
+    within("the idle connection to be shut down", connection)
+        .await
+        .unwrap()
+        .unwrap();
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_client_connections_closed_total",
+            &[("reason", "idle_timeout")]
+        ),
+        1.0
+    );
+    eventually("the connection to be counted closed", || async {
+        proxy
+            .metrics()
+            .await
+            .sum("tidegate_client_connections", &[])
+            == 0.0
+    })
+    .await;
+    assert_eq!(ledgers_agree(&proxy, "a").await["ok"], 1.0);
+}
+
+/// A client that opens a stream and then goes silent, answering nothing (as one gone without
+/// closing its socket): after the keep-alive interval it gets a PING, and without an answer
+/// within the write timeout its connection is closed; the request is counted once, when the
+/// upstream answers.
+#[tokio::test]
+async fn a_client_that_does_not_answer_a_ping_loses_its_connection() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.connections.http2_keep_alive_interval = Nanos::from_millis(200);
+    config.connections.write_timeout = Nanos::from_millis(200);
+    let proxy = TestProxy::start(config).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(&preface_and_get("/hold", END_HEADERS | END_STREAM))
+        .await
+        .unwrap();
+    origin.wait_held(1).await;
+    // Read everything (the proxy's SETTINGS, its PING), answer nothing, until closed.
+    let mut pinged = false;
+    while until_frame(&mut stream, &[PING]).await.is_some() {
+        pinged = true;
+    }
+    assert!(pinged, "closed without a PING");
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum(
+            "tidegate_client_connections_closed_total",
+            &[("reason", "ping_timeout")]
+        ),
+        1.0
+    );
+    origin.release(1);
+    eventually("the request to be counted", || async {
+        proxy.gate("a").await["inflight"] == 0
+    })
+    .await;
+    let counts = ledgers_agree(&proxy, "a").await;
+    assert_eq!(counts.values().sum::<f64>(), 1.0, "{counts:?}");
+    served_alongside(&proxy).await;
 }
