@@ -139,6 +139,12 @@ impl SharedGate {
     /// Waits for the right to send one request of `priority` to the service: at once if
     /// there is room, after queueing if not, or an error if it is shed. Dropping the future
     /// while it waits takes the request out of the queue.
+    ///
+    /// # Panics
+    ///
+    /// A request that queues waits on a tokio timer (its queue timeout): polled outside a
+    /// tokio runtime with timers enabled, that future panics as `tokio::time::sleep` does.
+    /// One admitted at once needs no runtime.
     pub fn acquire(&self, priority: Priority) -> Acquire {
         Acquire {
             gate: Some(self.inner.clone()),
