@@ -61,19 +61,14 @@ async fn service_a(next: String) -> (String, Arc<AtomicUsize>) {
                 Ok::<Response<Body>, Infallible>(answer)
             }
         });
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let handler = handler.clone();
-            tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(move |request| handler.clone().oneshot(request));
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    accept_each(listener, move |stream| {
+        let handler = handler.clone();
+        async move {
+            let service =
+                hyper::service::service_fn(move |request| handler.clone().oneshot(request));
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         }
     });
     (format!("http://{addr}"), served)

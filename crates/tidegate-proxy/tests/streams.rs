@@ -70,25 +70,20 @@ impl StreamOrigin {
             held: watch::Sender::new(0),
             release: Semaphore::new(0),
         });
-        let task = tokio::spawn({
+        let task = accept_each(listener, {
             let state = state.clone();
-            async move {
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let state = state.clone();
-                    tokio::spawn(async move {
-                        let service = service_fn(move |request| {
-                            let state = state.clone();
-                            async move { Ok::<_, Infallible>(serve(state, request).await) }
-                        });
-                        let builder =
-                            hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                        let _ = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                            .await;
+            move |stream| {
+                let state = state.clone();
+                async move {
+                    let service = service_fn(move |request| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(serve(state, request).await) }
                     });
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let _ = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .await;
                 }
             }
         });

@@ -31,7 +31,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tidegate_proxy::{Config, Drained, Proxy, UpstreamConfig};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -131,27 +131,22 @@ impl Origin {
             downloads: Mutex::new(None),
             uploads: uploads_tx,
         });
-        let task = tokio::spawn({
+        let task = accept_each(listener, {
             let state = state.clone();
-            async move {
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    state.connections.fetch_add(1, Ordering::SeqCst);
-                    let state = state.clone();
-                    tokio::spawn(async move {
-                        let service = service_fn(move |request| {
-                            let state = state.clone();
-                            async move { Ok::<_, Infallible>(origin(state, request).await) }
-                        });
-                        let mut builder =
-                            hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                        builder.http1().keep_alive(keep_alive);
-                        let _ = builder
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
+            move |stream| {
+                state.connections.fetch_add(1, Ordering::SeqCst);
+                let state = state.clone();
+                async move {
+                    let service = service_fn(move |request| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(origin(state, request).await) }
                     });
+                    let mut builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    builder.http1().keep_alive(keep_alive);
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
                 }
             }
         });
@@ -631,4 +626,21 @@ impl Metrics {
 pub(crate) async fn closed_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     listener.local_addr().unwrap()
+}
+
+/// Accepts connections on `listener` until the returned task is aborted, each served by
+/// the future `on_connection` makes of it, on a task of its own: every test origin's loop.
+pub(crate) fn accept_each<F, Fut>(listener: TcpListener, on_connection: F) -> JoinHandle<()>
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(on_connection(stream));
+        }
+    })
 }

@@ -219,33 +219,28 @@ impl TlsOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let names = Arc::new(Mutex::new(Vec::new()));
-        let task = tokio::spawn({
+        let task = super::accept_each(listener, {
             let names = names.clone();
-            async move {
-                loop {
-                    let Ok((tcp, _)) = listener.accept().await else {
-                        continue;
+            move |tcp| {
+                let acceptor = acceptor.clone();
+                let names = names.clone();
+                async move {
+                    let Ok(stream) = acceptor.accept(tcp).await else {
+                        return;
                     };
-                    let acceptor = acceptor.clone();
-                    let names = names.clone();
-                    tokio::spawn(async move {
-                        let Ok(stream) = acceptor.accept(tcp).await else {
-                            return;
-                        };
-                        let name = stream.get_ref().1.server_name().map(str::to_owned);
-                        names.lock().unwrap().push(name);
-                        let service = service_fn(|request: Request<hyper::body::Incoming>| {
-                            let text = format!(
-                                "tls origin, {}, {:?}",
-                                request.uri().path(),
-                                request.version()
-                            );
-                            async move { Ok::<_, Infallible>(Response::new(Full::<Bytes>::from(text))) }
-                        });
-                        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
+                    let name = stream.get_ref().1.server_name().map(str::to_owned);
+                    names.lock().unwrap().push(name);
+                    let service = service_fn(|request: Request<hyper::body::Incoming>| {
+                        let text = format!(
+                            "tls origin, {}, {:?}",
+                            request.uri().path(),
+                            request.version()
+                        );
+                        async move { Ok::<_, Infallible>(Response::new(Full::<Bytes>::from(text))) }
                     });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
                 }
             }
         });
