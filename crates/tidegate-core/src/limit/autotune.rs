@@ -1111,9 +1111,12 @@ impl Limit for Autotune {
                 && elapsed.as_nanos().saturating_mul(u64::from(self.successes))
                     >= self.success_rtt.as_nanos().saturating_mul(WINDOW_RTTS));
         // And at least one smoothed rtt: a window shorter than the answers holds only those
-        // that finished first, the short ones of a service whose work is spread.
-        let long_enough = self.srtt.is_none_or(|srtt| elapsed.as_secs_f64() >= srtt);
-        if due && long_enough && self.samples >= self.config.min_window_samples {
+        // that finished first, the short ones of a service whose work is spread. (Last, so
+        // the conversion is made only for a window otherwise due.)
+        if due
+            && self.samples >= self.config.min_window_samples
+            && self.srtt.is_none_or(|srtt| elapsed.as_secs_f64() >= srtt)
+        {
             self.close_window(sample.now);
         }
     }
