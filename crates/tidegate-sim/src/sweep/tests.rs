@@ -231,14 +231,17 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
     }
     // Tier 1's protection cost two knee-10 cases of two tiers their 97% of capacity (95.5
     // and 96.5%: tier 1 now waits for a slot rather than being turned away, and some of it
-    // is served past the client's timeout), and one its p99 against the oracle's.
+    // is served past the client's timeout), and one its p99 against the oracle's. A wait
+    // bound of one fastest answer rather than two (mean worst-window goodput 87.9% ->
+    // 91.5%, p99 misses 7 -> 6) moved one case out of the settling band (Pareto 2.5 at a
+    // knee of 10: settled 18 -> 568 W).
     let bounds = [
         (Target::Goodput, 15),
         (Target::Shed, 0),
-        (Target::P99Oracle, 7),
+        (Target::P99Oracle, 6),
         (Target::P99Timeout, 2),
         (Target::Tiers, 1),
-        (Target::Settle, 22),
+        (Target::Settle, 23),
     ];
     let report = render::misses(&results, DEFAULT, usize::MAX);
     for (target, bound) in bounds {
