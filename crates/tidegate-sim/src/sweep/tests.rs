@@ -234,9 +234,10 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
     // is served past the client's timeout), and one its p99 against the oracle's. A wait
     // bound of one fastest answer rather than two (mean worst-window goodput 87.9% ->
     // 91.5%, p99 misses 7 -> 6) moved one case out of the settling band (Pareto 2.5 at a
-    // knee of 10: settled 18 -> 568 W).
+    // knee of 10: settled 18 -> 568 W). A single drop in a window no longer backs the
+    // limit off (`Autotune::drops_call_for_backoff`): goodput misses 15 -> 14.
     let bounds = [
-        (Target::Goodput, 15),
+        (Target::Goodput, 14),
         (Target::Shed, 0),
         (Target::P99Oracle, 6),
         (Target::P99Timeout, 2),
