@@ -595,7 +595,7 @@ impl Autotune {
     /// at a limit where one request is a trial (trials are judged over spans of their own,
     /// and at RSocket's limits of 1-3 a window waiting for precision held a queue for
     /// seconds). Before the baseline is set, a window waits at most
-    /// [`FIRST_WINDOW_RTTS`] of its answers' mean rtt: what the service does while a queue
+    /// [`FIRST_WINDOW_RTTS`] of its requests' mean time in the service: what the service does while a queue
     /// forms from the initial limit is a trend, not noise, and a window that waited for it
     /// to settle anchored the baseline on the queue (RSocket's at ten times its rtt).
     fn measured_enough(&mut self, elapsed: Nanos) -> bool {
@@ -618,7 +618,16 @@ impl Autotune {
         let precision = self.tolerance() * rtt.mean / WINDOW_PRECISION;
         let precise = rtt.variance_of_mean <= precision * precision;
         match self.base {
-            None => precise || elapsed.as_secs_f64() >= FIRST_WINDOW_RTTS * rtt.mean,
+            None => {
+                // Answers biased short (longer ones still run, as through the first
+                // seconds of a cached service) understate how long a window must last:
+                // by Little's law the requests' mean time in the service is their mean
+                // inflight over the throughput, which counts the ones still running.
+                let secs = elapsed.as_secs_f64();
+                let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
+                let in_service = inflight * secs / f64::from(self.successes.max(1));
+                precise || secs >= FIRST_WINDOW_RTTS * rtt.mean.max(in_service)
+            }
             Some(base) => {
                 let excess = rtt.mean - base.value * (1.0 + self.tolerance());
                 precise
@@ -1607,6 +1616,20 @@ mod tests {
             window(&mut a, Time::ZERO, 100, rtt, ok);
             assert!((a.limit - grown).abs() < 1e-9, "{elastic}: {}", a.limit);
         }
+    }
+
+    #[test]
+    fn before_the_baseline_a_window_waits_for_the_requests_still_running() {
+        // Answers of 10 and 90 ms (mean 50 ms) while 20 requests stay in flight at 40
+        // answers a second: by Little's law the requests spend 500 ms in the service, so
+        // the answers seen are the short ones. The window is not cut at 20 of their mean
+        // (1 s) but may last 20 of the 500 ms until its mean is measured.
+        let mut a = Autotune::new(&config(20));
+        let spread = |i: u64| Nanos::from_millis(10 + 80 * (i % 2));
+        let now = answers(&mut a, Time::ZERO, Nanos::from_secs(2), spread);
+        assert!(a.srtt.is_none(), "closed on its answers' own mean");
+        answers(&mut a, now, Nanos::from_secs(9), spread);
+        assert!(a.srtt.is_some(), "still open");
     }
 
     #[test]
