@@ -12,6 +12,8 @@
 # - tidegate: the default gate, no self-protection.
 # - tidegate-max-conn-32: the same with `connections.max = 32` (a connection past 32 open is
 #   closed at once, before any read).
+# - tidegate-stale-500ms: the default gate with `connections.stale_after = "500ms"` (a
+#   connection whose first turn comes 500 ms after its accept is closed unread).
 # - nginx-limit-conn-N: nginx proxying with `limit_conn` N per server (N = 4 and 32).
 #
 # For each proxy: its maximum (wrk, closed loop, 2 s) under the handicap, then `tidegate load`
@@ -33,6 +35,7 @@ place_cpus
 
 origin_port=18680 tg_port=18681 tg_admin=18691
 conn4_port=18683 conn32_port=18684 max_port=18685 max_admin=18695
+stale_port=18686 stale_admin=18696
 
 # The handicap: a CPU hog at nice 0 on the proxies' core, each proxy at nice $niceness
 # beside it, so that the scheduler gives a running proxy a small share of the core (about
@@ -54,6 +57,10 @@ cat >"$work/max.toml" <<CONF
 [connections]
 max = 32
 CONF
+cat >"$work/stale.toml" <<CONF
+[connections]
+stale_after = "500ms"
+CONF
 
 "${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
 "${handicapped[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
@@ -63,9 +70,13 @@ CONF
     --upstream "http://127.0.0.1:$origin_port" \
     --listen "127.0.0.1:$max_port" --admin "127.0.0.1:$max_admin" --threads 1 \
     >"$work/max.log" 2>&1 & pids+=($!)
+"${handicapped[@]}" "$tidegate" proxy --config "$work/stale.toml" \
+    --upstream "http://127.0.0.1:$origin_port" \
+    --listen "127.0.0.1:$stale_port" --admin "127.0.0.1:$stale_admin" --threads 1 \
+    >"$work/stale.log" 2>&1 & pids+=($!)
 "${handicapped[@]}" nginx -p "$work/conn4" -c "$work/conn4/nginx.conf" & pids+=($!)
 "${handicapped[@]}" nginx -p "$work/conn32" -c "$work/conn32/nginx.conf" & pids+=($!)
-for port in $origin_port $tg_port $max_port $conn4_port $conn32_port; do wait_port "$port"; done
+for port in $origin_port $tg_port $max_port $stale_port $conn4_port $conn32_port; do wait_port "$port"; done
 
 # max_rate PORT: requests per second wrk gets through the proxy on PORT, closed loop.
 max_rate() {
@@ -100,7 +111,8 @@ tg_max=$(max_rate $tg_port)
 echo "handicap: nice $niceness beside a nice-0 hog on core $(($(nproc) - 1)), one worker each; $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
 echo "| row | offered/s | ok/s | ok / max | p50 ms | p99 ms | shed/s | timed out/s | errors/s | not sent/s |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-for row in "tidegate $tg_port" "tidegate-max-conn-32 $max_port" \
+for row in "tidegate $tg_port" "tidegate-stale-500ms $stale_port" \
+    "tidegate-max-conn-32 $max_port" \
     "nginx-limit-conn-4 $conn4_port" \
     "nginx-limit-conn-32 $conn32_port"; do
     read -r name port <<<"$row"

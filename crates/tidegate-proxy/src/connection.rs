@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -51,6 +52,7 @@ use crate::checks;
 use crate::config::duration;
 use crate::handler::{self, Shared};
 use crate::http2_watch::{Http2Watch, Verdict, Watched};
+use crate::stale;
 use crate::stall::Stall;
 use crate::tls;
 use crate::trust::Peer;
@@ -89,6 +91,10 @@ pub struct ConnectionsConfig {
     /// Streams the proxy may reset for a client's protocol errors before closing the
     /// connection.
     pub http2_max_local_error_reset_streams: usize,
+    /// A connection whose first turn comes this long after its accept (it waited behind a
+    /// proxy saturated by its own CPU) is closed before anything is read from it
+    /// ([`crate::stale`]). 0: never.
+    pub stale_after: Nanos,
 }
 
 impl Default for ConnectionsConfig {
@@ -104,6 +110,7 @@ impl Default for ConnectionsConfig {
             http2_max_concurrent_streams: 128,
             http2_max_pending_accept_reset_streams: 20,
             http2_max_local_error_reset_streams: 1024,
+            stale_after: Nanos::ZERO,
         }
     }
 }
@@ -125,6 +132,8 @@ enum Closed {
     Idle,
     /// An HTTP/2 client that did not answer a keep-alive PING within `write_timeout`.
     Ping,
+    /// Its first turn came past `stale_after`: closed unread.
+    Stale,
 }
 
 impl Closed {
@@ -135,6 +144,7 @@ impl Closed {
             Closed::Write => "write_timeout",
             Closed::Idle => "idle_timeout",
             Closed::Ping => "ping_timeout",
+            Closed::Stale => "stale",
         }
     }
 }
@@ -149,7 +159,8 @@ pub(crate) struct Connections {
     idle_timeout: Duration,
     open: Gauge,
     /// By [`Closed`].
-    closed: [Counter; 5],
+    closed: [Counter; 6],
+    stale_after: Option<Duration>,
     /// TLS termination, when `[tls]` has a certificate.
     tls: Option<tls::Listener>,
 }
@@ -167,6 +178,7 @@ impl Connections {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(header_read_timeout)
+            .writev(false)
             .max_buf_size(config.max_header_bytes)
             .max_headers(config.max_headers);
         builder
@@ -190,7 +202,7 @@ impl Connections {
         );
         registry.register(
             "tidegate_client_connections_closed",
-            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading, or left an HTTP/2 response without window), idle_timeout (an HTTP/2 connection with no stream open), ping_timeout (an HTTP/2 client that did not answer a keep-alive PING)",
+            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading, or left an HTTP/2 response without window), idle_timeout (an HTTP/2 connection with no stream open), ping_timeout (an HTTP/2 client that did not answer a keep-alive PING), stale (its first turn came past connections.stale_after after its accept: closed unread)",
             closed.clone(),
         );
         let closed = [
@@ -199,6 +211,7 @@ impl Connections {
             Closed::Write,
             Closed::Idle,
             Closed::Ping,
+            Closed::Stale,
         ]
         .map(|reason| {
             closed
@@ -213,8 +226,19 @@ impl Connections {
             idle_timeout: duration(config.idle_timeout),
             open,
             closed,
+            stale_after: (config.stale_after > Nanos::ZERO).then(|| duration(config.stale_after)),
             tls,
         }
+    }
+
+    /// `serve`, a connection accepted at `accepted`, unless it is stale when its turn comes.
+    pub(crate) fn unless_stale<F: Future<Output = ()>>(
+        &self,
+        accepted: tokio::time::Instant,
+        serve: F,
+    ) -> impl Future<Output = ()> + use<F> {
+        let closed = self.closed[Closed::Stale as usize].clone();
+        stale::unless_stale(accepted, self.stale_after, closed, serve)
     }
 
     /// `tidegate_client_connections`, which an upgraded connection keeps counting in (and
@@ -252,13 +276,11 @@ impl Connections {
             move |request: hyper::Request<hyper::body::Incoming>| {
                 asked.store(true, Ordering::Relaxed);
                 let stream = streams.opened(request.version());
-                let response = handler::handle(shared.clone(), client.clone(), request);
-                async move {
-                    let response = response.await?;
-                    Ok::<_, std::convert::Infallible>(
-                        response.map(|body| Watched::new(body, stream)),
-                    )
-                }
+                // A map rather than an `async` block around it: the block would hold the
+                // request's future twice (captured, then awaited), and hyper moves it whole.
+                handler::handle(shared.clone(), client.clone(), request).map(|response| {
+                    response.map(|response| response.map(|body| Watched::new(body, stream)))
+                })
             }
         });
         // The TLS handshake, if any, is part of the time to the first request head.

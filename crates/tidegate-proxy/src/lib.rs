@@ -54,6 +54,7 @@ mod reload;
 mod request_body;
 mod server;
 mod shed;
+mod stale;
 mod stall;
 mod stream;
 mod tls;

@@ -184,13 +184,15 @@ impl Proxy {
                 Some(_) = connections.join_next() => {}
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
+                        let accepted = tokio::time::Instant::now();
                         let client = Peer::new(peer.ip(), &shared.trusted);
-                        connections.spawn(clients.clone().serve(
+                        let serve = clients.clone().serve(
                             stream,
                             shared.clone(),
                             client,
                             drain.subscribe(),
-                        ));
+                        );
+                        connections.spawn(clients.unless_stale(accepted, serve));
                     }
                     // Out of file descriptors or a connection reset before it was accepted:
                     // wait a moment rather than spin, and carry on.
