@@ -28,6 +28,7 @@
 //! them at work.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,14 +46,14 @@ use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use tidegate_core::Nanos;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::accept::{AtMax, Slot, Slots};
 use crate::checks;
 use crate::config::duration;
 use crate::handler::{self, Shared};
 use crate::http2_watch::{Http2Watch, Verdict, Watched};
-use crate::stale;
 use crate::stall::Stall;
 use crate::tls;
 use crate::trust::Peer;
@@ -91,10 +92,12 @@ pub struct ConnectionsConfig {
     /// Streams the proxy may reset for a client's protocol errors before closing the
     /// connection.
     pub http2_max_local_error_reset_streams: usize,
-    /// A connection whose first turn comes this long after its accept (it waited behind a
-    /// proxy saturated by its own CPU) is closed before anything is read from it
-    /// ([`crate::stale`]). 0: never.
-    pub stale_after: Nanos,
+    /// Past `max`: `close` accepts a new connection and closes it at once; `wait` accepts
+    /// none until one closes, and they wait in the kernel's backlog ([`crate::accept`]).
+    pub at_max: AtMax,
+    /// The listener's accept backlog: connections the kernel holds for the proxy to accept.
+    /// Past it the kernel drops new handshakes (the clients retry).
+    pub backlog: u32,
 }
 
 impl Default for ConnectionsConfig {
@@ -110,7 +113,8 @@ impl Default for ConnectionsConfig {
             http2_max_concurrent_streams: 128,
             http2_max_pending_accept_reset_streams: 20,
             http2_max_local_error_reset_streams: 1024,
-            stale_after: Nanos::ZERO,
+            at_max: AtMax::Close,
+            backlog: 1024,
         }
     }
 }
@@ -132,8 +136,6 @@ enum Closed {
     Idle,
     /// An HTTP/2 client that did not answer a keep-alive PING within `write_timeout`.
     Ping,
-    /// Its first turn came past `stale_after`: closed unread.
-    Stale,
 }
 
 impl Closed {
@@ -144,7 +146,6 @@ impl Closed {
             Closed::Write => "write_timeout",
             Closed::Idle => "idle_timeout",
             Closed::Ping => "ping_timeout",
-            Closed::Stale => "stale",
         }
     }
 }
@@ -159,8 +160,8 @@ pub(crate) struct Connections {
     idle_timeout: Duration,
     open: Gauge,
     /// By [`Closed`].
-    closed: [Counter; 6],
-    stale_after: Option<Duration>,
+    closed: [Counter; 5],
+    slots: Slots,
     /// TLS termination, when `[tls]` has a certificate.
     tls: Option<tls::Listener>,
 }
@@ -202,7 +203,7 @@ impl Connections {
         );
         registry.register(
             "tidegate_client_connections_closed",
-            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading, or left an HTTP/2 response without window), idle_timeout (an HTTP/2 connection with no stream open), ping_timeout (an HTTP/2 client that did not answer a keep-alive PING), stale (its first turn came past connections.stale_after after its accept: closed unread)",
+            "Client connections the proxy closed itself, by reason: max_connections (refused at once), header_timeout (no request head in time), write_timeout (the client stopped reading, or left an HTTP/2 response without window), idle_timeout (an HTTP/2 connection with no stream open), ping_timeout (an HTTP/2 client that did not answer a keep-alive PING)",
             closed.clone(),
         );
         let closed = [
@@ -211,7 +212,6 @@ impl Connections {
             Closed::Write,
             Closed::Idle,
             Closed::Ping,
-            Closed::Stale,
         ]
         .map(|reason| {
             closed
@@ -226,19 +226,17 @@ impl Connections {
             idle_timeout: duration(config.idle_timeout),
             open,
             closed,
-            stale_after: (config.stale_after > Nanos::ZERO).then(|| duration(config.stale_after)),
+            slots: Slots::new(config.at_max, config.max),
             tls,
         }
     }
 
-    /// `serve`, a connection accepted at `accepted`, unless it is stale when its turn comes.
-    pub(crate) fn unless_stale<F: Future<Output = ()>>(
+    /// The next connection, once `at_max` lets one in, with its slot.
+    pub(crate) async fn accept(
         &self,
-        accepted: tokio::time::Instant,
-        serve: F,
-    ) -> impl Future<Output = ()> + use<F> {
-        let closed = self.closed[Closed::Stale as usize].clone();
-        stale::unless_stale(accepted, self.stale_after, closed, serve)
+        listener: &TcpListener,
+    ) -> (io::Result<(TcpStream, SocketAddr)>, Slot) {
+        self.slots.accept(listener).await
     }
 
     /// `tidegate_client_connections`, which an upgraded connection keeps counting in (and

@@ -30,6 +30,7 @@
 //! `docs/proxy.md` is the user's guide: configuration, headers, status codes, metrics and
 //! shutdown.
 
+mod accept;
 mod admin;
 mod checks;
 mod classify;
@@ -54,7 +55,6 @@ mod reload;
 mod request_body;
 mod server;
 mod shed;
-mod stale;
 mod stall;
 mod stream;
 mod tls;
