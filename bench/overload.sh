@@ -71,21 +71,19 @@ cp "$work/wait.toml" "$work/waitng.toml"
 printf '[gate.limit]\nalgorithm = "fixed"\n[gate.limit.fixed]\nlimit = 100000\n[gate.regulator]\nalgorithm = "off"\n' >>"$work/waitng.toml"
 
 "${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
-"${handicapped[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
-    --listen "127.0.0.1:$tg_port" --admin "127.0.0.1:$tg_admin" --threads 1 \
-    >"$work/tg.log" 2>&1 & pids+=($!)
-"${handicapped[@]}" "$tidegate" proxy --config "$work/max.toml" \
-    --upstream "http://127.0.0.1:$origin_port" \
-    --listen "127.0.0.1:$max_port" --admin "127.0.0.1:$max_admin" --threads 1 \
-    >"$work/max.log" 2>&1 & pids+=($!)
-"${handicapped[@]}" "$tidegate" proxy --config "$work/wait.toml" \
-    --upstream "http://127.0.0.1:$origin_port" \
-    --listen "127.0.0.1:$wait_port" --admin "127.0.0.1:$wait_admin" --threads 1 \
-    >"$work/wait.log" 2>&1 & pids+=($!)
-"${handicapped[@]}" "$tidegate" proxy --config "$work/waitng.toml" \
-    --upstream "http://127.0.0.1:$origin_port" \
-    --listen "127.0.0.1:$waitng_port" --admin "127.0.0.1:$waitng_admin" --threads 1 \
-    >"$work/waitng.log" 2>&1 & pids+=($!)
+# tidegate_row NAME PORT ADMIN_PORT [ARGS...]: a handicapped tidegate proxy in front of the
+# origin, with ARGS (its config), its log in $work/NAME.log.
+tidegate_row() {
+    local name=$1 port=$2 admin=$3
+    shift 3
+    "${handicapped[@]}" "$tidegate" proxy "$@" --upstream "http://127.0.0.1:$origin_port" \
+        --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --threads 1 \
+        >"$work/$name.log" 2>&1 & pids+=($!)
+}
+tidegate_row tg "$tg_port" "$tg_admin"
+tidegate_row max "$max_port" "$max_admin" --config "$work/max.toml"
+tidegate_row wait "$wait_port" "$wait_admin" --config "$work/wait.toml"
+tidegate_row waitng "$waitng_port" "$waitng_admin" --config "$work/waitng.toml"
 "${handicapped[@]}" nginx -p "$work/conn4" -c "$work/conn4/nginx.conf" & pids+=($!)
 "${handicapped[@]}" nginx -p "$work/conn32" -c "$work/conn32/nginx.conf" & pids+=($!)
 for port in $origin_port $tg_port $max_port $wait_port $waitng_port $conn4_port $conn32_port; do wait_port "$port"; done

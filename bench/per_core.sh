@@ -12,15 +12,10 @@
 # Debian's packages when missing. A benchmark, not a test.
 set -euo pipefail
 
-if [[ $# -lt 4 ]]; then
-    echo "usage: $0 ROUNDS SECONDS CONNECTIONS BINARY..." >&2
-    exit 2
-fi
-rounds="$1" secs="$2" conns="$3"
-shift 3
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
+compared_builds "$@"
 bench_start per-core
 install_tools nginx wrk
 place_cpus
@@ -36,7 +31,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 echo "round binary requests_per_s cpu requests_per_core"
 for round in $(seq "$rounds"); do
-    for binary in "$@"; do
+    for binary in "${binaries[@]}"; do
         "${proxy_cpu[@]}" "$binary" proxy --threads 1 --upstream "http://127.0.0.1:$origin_port" \
             --listen "127.0.0.1:$proxy_port" --admin "127.0.0.1:$admin_port" \
             --log-level warn >/dev/null 2>&1 &
