@@ -16,15 +16,10 @@
 # the load, and so does the count per request (by +-20% at 32 connections and a load of 7).
 set -euo pipefail
 
-if [[ $# -lt 4 ]]; then
-    echo "usage: $0 ROUNDS SECONDS CONNECTIONS BINARY..." >&2
-    exit 2
-fi
-rounds="$1" secs="$2" conns="$3"
-shift 3
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
+compared_builds "$@"
 bench_start instructions
 
 install_tools nginx wrk valgrind
@@ -60,7 +55,7 @@ run() {
 
 echo "round binary requests instructions_per_request"
 for round in $(seq "$rounds"); do
-    for binary in "$@"; do
+    for binary in "${binaries[@]}"; do
         run "$round" "$binary"
     done
 done

@@ -23,6 +23,18 @@ install_tools() {
     export PATH="$PATH:/usr/sbin"
 }
 
+# compared_builds ARGS...: the arguments of a script that compares builds, ROUNDS SECONDS
+# CONNECTIONS BINARY...: sets rounds, secs, conns and the array binaries, or prints the usage
+# and exits.
+compared_builds() {
+    if [[ $# -lt 4 ]]; then
+        echo "usage: $0 ROUNDS SECONDS CONNECTIONS BINARY..." >&2
+        exit 2
+    fi
+    rounds="$1" secs="$2" conns="$3"
+    binaries=("${@:4}")
+}
+
 # bench_start NAME: a fresh work directory in $work and an empty `pids`; on exit the processes
 # in `pids` are stopped and the directory removed.
 bench_start() {

@@ -12,6 +12,11 @@
 # - tidegate: the default gate, no self-protection.
 # - tidegate-max-conn-32: the same with `connections.max = 32` (a connection past 32 open is
 #   closed at once, before any read).
+# - tidegate-wait-32: the default gate with `connections.max = 32`, `at_max = "wait"` and a
+#   backlog of 32 (past 32 open, nothing is accepted: new connections wait in a short
+#   backlog, and past it the kernel drops their handshakes).
+# - tidegate-wait-32-nogate: the same with the gate out of the way (a fixed limit of 100,000,
+#   no regulator): what the bound on connections does alone.
 # - nginx-limit-conn-N: nginx proxying with `limit_conn` N per server (N = 4 and 32).
 #
 # For each proxy: its maximum (wrk, closed loop, 2 s) under the handicap, then `tidegate load`
@@ -33,6 +38,8 @@ place_cpus
 
 origin_port=18680 tg_port=18681 tg_admin=18691
 conn4_port=18683 conn32_port=18684 max_port=18685 max_admin=18695
+wait_port=18687 wait_admin=18697
+waitng_port=18688 waitng_admin=18698
 
 # The handicap: a CPU hog at nice 0 on the proxies' core, each proxy at nice $niceness
 # beside it, so that the scheduler gives a running proxy a small share of the core (about
@@ -54,18 +61,32 @@ cat >"$work/max.toml" <<CONF
 [connections]
 max = 32
 CONF
+cat >"$work/wait.toml" <<CONF
+[connections]
+max = 32
+at_max = "wait"
+backlog = 32
+CONF
+cp "$work/wait.toml" "$work/waitng.toml"
+printf '[gate.limit]\nalgorithm = "fixed"\n[gate.limit.fixed]\nlimit = 100000\n[gate.regulator]\nalgorithm = "off"\n' >>"$work/waitng.toml"
 
 "${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
-"${handicapped[@]}" "$tidegate" proxy --upstream "http://127.0.0.1:$origin_port" \
-    --listen "127.0.0.1:$tg_port" --admin "127.0.0.1:$tg_admin" --threads 1 \
-    >"$work/tg.log" 2>&1 & pids+=($!)
-"${handicapped[@]}" "$tidegate" proxy --config "$work/max.toml" \
-    --upstream "http://127.0.0.1:$origin_port" \
-    --listen "127.0.0.1:$max_port" --admin "127.0.0.1:$max_admin" --threads 1 \
-    >"$work/max.log" 2>&1 & pids+=($!)
+# tidegate_row NAME PORT ADMIN_PORT [ARGS...]: a handicapped tidegate proxy in front of the
+# origin, with ARGS (its config), its log in $work/NAME.log.
+tidegate_row() {
+    local name=$1 port=$2 admin=$3
+    shift 3
+    "${handicapped[@]}" "$tidegate" proxy "$@" --upstream "http://127.0.0.1:$origin_port" \
+        --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --threads 1 \
+        >"$work/$name.log" 2>&1 & pids+=($!)
+}
+tidegate_row tg "$tg_port" "$tg_admin"
+tidegate_row max "$max_port" "$max_admin" --config "$work/max.toml"
+tidegate_row wait "$wait_port" "$wait_admin" --config "$work/wait.toml"
+tidegate_row waitng "$waitng_port" "$waitng_admin" --config "$work/waitng.toml"
 "${handicapped[@]}" nginx -p "$work/conn4" -c "$work/conn4/nginx.conf" & pids+=($!)
 "${handicapped[@]}" nginx -p "$work/conn32" -c "$work/conn32/nginx.conf" & pids+=($!)
-for port in $origin_port $tg_port $max_port $conn4_port $conn32_port; do wait_port "$port"; done
+for port in $origin_port $tg_port $max_port $wait_port $waitng_port $conn4_port $conn32_port; do wait_port "$port"; done
 
 # max_rate PORT: requests per second wrk gets through the proxy on PORT, closed loop.
 max_rate() {
@@ -100,7 +121,9 @@ tg_max=$(max_rate $tg_port)
 echo "handicap: nice $niceness beside a nice-0 hog on core $(($(nproc) - 1)), one worker each; $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
 echo "| row | offered/s | ok/s | ok / max | p50 ms | p99 ms | shed/s | timed out/s | errors/s | not sent/s |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-for row in "tidegate $tg_port" "tidegate-max-conn-32 $max_port" \
+for row in "tidegate $tg_port" \
+    "tidegate-max-conn-32 $max_port" "tidegate-wait-32 $wait_port" \
+    "tidegate-wait-32-nogate $waitng_port" \
     "nginx-limit-conn-4 $conn4_port" \
     "nginx-limit-conn-32 $conn32_port"; do
     read -r name port <<<"$row"

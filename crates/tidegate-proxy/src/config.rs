@@ -16,6 +16,7 @@ use tidegate_core::config::GateConfig;
 use tidegate_core::priority::CohortMap;
 use tidegate_core::{Nanos, Priority};
 
+pub use crate::accept::AtMax;
 use crate::checks;
 pub use crate::connection::ConnectionsConfig;
 use crate::dry_run::Mode;

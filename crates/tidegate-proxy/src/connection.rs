@@ -28,12 +28,14 @@
 //! them at work.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -44,9 +46,10 @@ use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use tidegate_core::Nanos;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::accept::{AtMax, Slot, Slots};
 use crate::checks;
 use crate::config::duration;
 use crate::handler::{self, Shared};
@@ -89,6 +92,12 @@ pub struct ConnectionsConfig {
     /// Streams the proxy may reset for a client's protocol errors before closing the
     /// connection.
     pub http2_max_local_error_reset_streams: usize,
+    /// Past `max`: `close` accepts a new connection and closes it at once; `wait` accepts
+    /// none until one closes, and they wait in the kernel's backlog ([`crate::accept`]).
+    pub at_max: AtMax,
+    /// The listener's accept backlog: connections the kernel holds for the proxy to accept.
+    /// Past it the kernel drops new handshakes (the clients retry).
+    pub backlog: u32,
 }
 
 impl Default for ConnectionsConfig {
@@ -104,6 +113,8 @@ impl Default for ConnectionsConfig {
             http2_max_concurrent_streams: 128,
             http2_max_pending_accept_reset_streams: 20,
             http2_max_local_error_reset_streams: 1024,
+            at_max: AtMax::Close,
+            backlog: 1024,
         }
     }
 }
@@ -150,6 +161,7 @@ pub(crate) struct Connections {
     open: Gauge,
     /// By [`Closed`].
     closed: [Counter; 5],
+    slots: Slots,
     /// TLS termination, when `[tls]` has a certificate.
     tls: Option<tls::Listener>,
 }
@@ -167,6 +179,7 @@ impl Connections {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(header_read_timeout)
+            .writev(false)
             .max_buf_size(config.max_header_bytes)
             .max_headers(config.max_headers);
         builder
@@ -213,8 +226,17 @@ impl Connections {
             idle_timeout: duration(config.idle_timeout),
             open,
             closed,
+            slots: Slots::new(config.at_max, config.max),
             tls,
         }
+    }
+
+    /// The next connection, once `at_max` lets one in, with its slot.
+    pub(crate) async fn accept(
+        &self,
+        listener: &TcpListener,
+    ) -> (io::Result<(TcpStream, SocketAddr)>, Slot) {
+        self.slots.accept(listener).await
     }
 
     /// `tidegate_client_connections`, which an upgraded connection keeps counting in (and
@@ -252,13 +274,11 @@ impl Connections {
             move |request: hyper::Request<hyper::body::Incoming>| {
                 asked.store(true, Ordering::Relaxed);
                 let stream = streams.opened(request.version());
-                let response = handler::handle(shared.clone(), client.clone(), request);
-                async move {
-                    let response = response.await?;
-                    Ok::<_, std::convert::Infallible>(
-                        response.map(|body| Watched::new(body, stream)),
-                    )
-                }
+                // A map rather than an `async` block around it: the block would hold the
+                // request's future twice (captured, then awaited), and hyper moves it whole.
+                handler::handle(shared.clone(), client.clone(), request).map(|response| {
+                    response.map(|response| response.map(|body| Watched::new(body, stream)))
+                })
             }
         });
         // The TLS handshake, if any, is part of the time to the first request head.

@@ -45,7 +45,7 @@ use crate::dry_run;
 use crate::forward::{self, Forwarding};
 use crate::grpc;
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
-use crate::pool::Lent;
+use crate::pool::{Lent, SendError};
 use crate::refuse;
 use crate::reload::Reloader;
 use crate::request_body::{BodyState, RequestBody};
@@ -269,7 +269,7 @@ pub(crate) async fn handle(
             }
         }
     }
-    Ok(send(
+    let sent = send(
         &shared,
         client,
         request,
@@ -277,13 +277,17 @@ pub(crate) async fn handle(
         upstream,
         stream,
         completion,
-    )
-    .await)
+    );
+    match sent {
+        Ok(at_upstream) => Ok(at_upstream.await),
+        Err(status) => Ok(empty(status)),
+    }
 }
 
-/// Forwards an admitted request (or, in dry run, any request) and answers with what the
-/// upstream answered.
-async fn send(
+/// Sends an admitted request (or, in dry run, any request) to the upstream, or says with
+/// which status to answer it at once. Not `async`: the request's future then holds only the exchange under way
+/// ([`AtUpstream`]), not this function's locals, and is moved the smaller for it.
+fn send(
     shared: &Arc<Shared>,
     client: Peer,
     request: Request<Incoming>,
@@ -291,7 +295,7 @@ async fn send(
     upstream: Arc<Upstream>,
     stream: Option<Box<stream::Candidate>>,
     mut completion: Completion,
-) -> Response<ResponseBody> {
+) -> Result<AtUpstream, StatusCode> {
     completion.admitted = shared.now();
 
     let (mut parts, body) = request.into_parts();
@@ -317,14 +321,14 @@ async fn send(
         // (`OPTIONS *`) gets here: the client's fault, not the upstream's.
         Err(_) => {
             completion.finish(Class::Ignored, Some(Outcome::Ignored));
-            return empty(StatusCode::BAD_REQUEST);
+            return Err(StatusCode::BAD_REQUEST);
         }
     };
     parts.version = shared.forwarding.upstream_version;
     let (body, body_state) = RequestBody::new(body);
     completion.body = body_state;
     let exchange = exchange(shared, upstream, Request::from_parts(parts, body));
-    AtUpstream::new(exchange, completion).answer().await
+    Ok(AtUpstream::new(exchange, completion))
 }
 
 /// Removes what an untrusted client claims for itself: its priority (the one in force is
@@ -340,20 +344,34 @@ fn untrusted_headers(headers: &mut http::HeaderMap, priority: Option<&HeaderName
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The upstream's response headers, or the kind of failure, within `client.timeout`.
-type Exchange = Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lent), ErrorKind>> + Send>>;
+type Exchange = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+type Answer = Result<(Response<Incoming>, Lent), ErrorKind>;
 
 /// Sends `request` to `upstream`. Owned (boxed, holding its upstream) so that it can outlive
-/// the client's connection: see [`AtUpstream`].
+/// the client's connection: see [`AtUpstream`]. One future per upstream protocol, each boxed
+/// at its own size ([`crate::pool::Pool::http2`]).
 fn exchange(shared: &Shared, upstream: Arc<Upstream>, request: Request<RequestBody>) -> Exchange {
     let timeout = shared.timeout;
-    Box::pin(async move {
-        let sent = upstream.pool.send(request);
-        match tokio::time::timeout(timeout, sent).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(error)) => Err(error.kind),
-            Err(_elapsed) => Err(ErrorKind::Timeout),
-        }
-    })
+    if upstream.pool.http2() {
+        Box::pin(async move {
+            within(tokio::time::timeout(timeout, upstream.pool.send_http2(request)).await)
+        })
+    } else {
+        Box::pin(async move {
+            within(tokio::time::timeout(timeout, upstream.pool.send_http1(request)).await)
+        })
+    }
+}
+
+fn within(
+    sent: Result<Result<(Response<Incoming>, Lent), SendError>, tokio::time::error::Elapsed>,
+) -> Answer {
+    match sent {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => Err(error.kind),
+        Err(_elapsed) => Err(ErrorKind::Timeout),
+    }
 }
 
 /// A request the upstream has, until its response headers. Dropped before them (the client
@@ -373,16 +391,21 @@ impl AtUpstream {
             completion: Some(completion),
         }
     }
+}
 
-    async fn answer(mut self) -> Response<ResponseBody> {
-        let answer = (&mut self.exchange).await;
+/// Answers with what the upstream answered.
+impl Future for AtUpstream {
+    type Output = Response<ResponseBody>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response<ResponseBody>> {
+        let answer = ready!(self.exchange.as_mut().poll(cx));
         let Some(completion) = self.completion.take() else {
             unreachable!("only an answer or a drop takes the completion, and each once")
         };
-        match answer {
+        Poll::Ready(match answer {
             Ok((response, lent)) => completion.respond(response, lent),
             Err(kind) => completion.fail(kind),
-        }
+        })
     }
 }
 
@@ -912,6 +935,9 @@ impl Body for ResponseBody {
             .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
 }
+
+#[cfg(test)]
+mod future_sizes;
 
 #[cfg(test)]
 mod tests {

@@ -30,6 +30,7 @@
 //! `docs/proxy.md` is the user's guide: configuration, headers, status codes, metrics and
 //! shutdown.
 
+mod accept;
 mod admin;
 mod checks;
 mod classify;

@@ -86,23 +86,32 @@ impl Pool {
         }
     }
 
-    /// Sends `request` on a pooled connection (a new one if none is idle) and waits for the
-    /// response's head. The connection comes back with the response, to return with
+    /// Whether requests go over the shared HTTP/2 connection ([`Pool::send_http2`]) rather
+    /// than pooled HTTP/1.1 ones ([`Pool::send_http1`]). The two are apart so that each
+    /// request's future is the size of its own protocol's path: one for both would be the
+    /// size of the larger, copied whole on every request (docs/performance.md, "The forward
+    /// path at parity").
+    pub(crate) fn http2(&self) -> bool {
+        self.config.http2
+    }
+
+    /// Sends `request` on a pooled HTTP/1.1 connection (a new one if none is idle) and waits
+    /// for the response's head. The connection comes back with the response, to return with
     /// [`Pool::put`] when its body has ended.
-    pub(crate) async fn send(
+    pub(crate) async fn send_http1(
         &self,
         request: Request<RequestBody>,
     ) -> Result<(Response<Incoming>, Lent), SendError> {
-        if self.config.http2 {
-            return self.send_http2(request).await;
-        }
         let mut request = request;
         // Idle connections first; a request refused unsent by a stale one goes on to the
         // next, then to a new connection.
         loop {
             let (mut sender, reused) = match self.take_idle() {
                 Some(sender) => (sender, true),
-                None => (self.connect_http1().await?, false),
+                // Boxed: a new connection is rare, and its future (the TCP connect, a TLS
+                // handshake) would otherwise make this one several times larger, copied
+                // whole on every request (docs/performance.md, "The forward path at parity").
+                None => (Box::pin(self.connect_http1()).await?, false),
             };
             match sender.try_send_request(request).await {
                 Ok(response) => return Ok((response, Lent::Http1(sender))),
@@ -188,7 +197,9 @@ impl Pool {
 
     async fn connect_http1(&self) -> Result<http1::SendRequest<RequestBody>, SendError> {
         let io = self.connect().await?;
-        let (sender, connection) = http1::handshake(io)
+        let (sender, connection) = http1::Builder::new()
+            .writev(false)
+            .handshake(io)
             .await
             .map_err(|e| SendError { kind: kind_of(&e) })?;
         // The connection's own task reads and writes the socket; it ends when the upstream
@@ -199,7 +210,8 @@ impl Pool {
         Ok(sender)
     }
 
-    async fn send_http2(
+    /// Sends `request` on the shared HTTP/2 connection (made if there is none).
+    pub(crate) async fn send_http2(
         &self,
         request: Request<RequestBody>,
     ) -> Result<(Response<Incoming>, Lent), SendError> {
@@ -210,7 +222,7 @@ impl Pool {
                 match self.shared_http2() {
                     // Made while this request waited.
                     Some(sender) => (sender, false),
-                    None => (self.connect_http2().await?, false),
+                    None => (Box::pin(self.connect_http2()).await?, false),
                 }
             }
         };
@@ -221,7 +233,7 @@ impl Pool {
         match error.take_message() {
             // The shared connection was going away: once more on a new one.
             Some(unsent) if reused => {
-                let mut fresh = self.connect_http2().await?;
+                let mut fresh = Box::pin(self.connect_http2()).await?;
                 match fresh.try_send_request(unsent).await {
                     Ok(response) => Ok((response, Lent::Http2)),
                     Err(error) => Err(SendError {

@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
 
+use crate::accept;
 use crate::classify::Classifier;
 use crate::config::{Config, duration};
 use crate::connection::Connections;
@@ -112,8 +113,8 @@ impl Proxy {
         shared
             .reload
             .started(config.clone(), shared.classifier.partitions().to_vec());
-        let listener = bind(config.listen, "listen")?;
-        let admin = bind(config.admin, "admin")?;
+        let listener = bind(config.listen, "listen", config.connections.backlog)?;
+        let admin = bind(config.admin, "admin", 1024)?;
         Ok(Proxy {
             shared: Arc::new(shared),
             listener,
@@ -182,19 +183,20 @@ impl Proxy {
                 biased;
                 () = &mut shutdown => break,
                 Some(_) = connections.join_next() => {}
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
+                accepted = clients.accept(&listener) => match accepted {
+                    (Ok((stream, peer)), slot) => {
                         let client = Peer::new(peer.ip(), &shared.trusted);
-                        connections.spawn(clients.clone().serve(
+                        let serve = clients.clone().serve(
                             stream,
                             shared.clone(),
                             client,
                             drain.subscribe(),
-                        ));
+                        );
+                        connections.spawn(accept::holding(slot, serve));
                     }
                     // Out of file descriptors or a connection reset before it was accepted:
                     // wait a moment rather than spin, and carry on.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    (Err(_), _) => tokio::time::sleep(Duration::from_millis(10)).await,
                 },
             }
         }
@@ -233,9 +235,9 @@ impl Proxy {
     }
 }
 
-/// Binds a listener with a deep accept backlog (a burst of connections must wait in the
-/// kernel, not be refused).
-fn bind(addr: SocketAddr, role: &'static str) -> Result<TcpListener, Error> {
+/// Binds a listener with an accept backlog of `backlog` (by default a deep one: a burst of
+/// connections must wait in the kernel, not be refused).
+fn bind(addr: SocketAddr, role: &'static str, backlog: u32) -> Result<TcpListener, Error> {
     let fail = |source| Error::Bind { role, addr, source };
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
@@ -245,5 +247,5 @@ fn bind(addr: SocketAddr, role: &'static str) -> Result<TcpListener, Error> {
     .map_err(fail)?;
     socket.set_reuseaddr(true).map_err(fail)?;
     socket.bind(addr).map_err(fail)?;
-    socket.listen(1024).map_err(fail)
+    socket.listen(backlog).map_err(fail)
 }

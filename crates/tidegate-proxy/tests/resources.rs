@@ -152,3 +152,30 @@ async fn connections_past_the_maximum_are_closed_at_once() {
     eventually("the connections to close", || open(0.0)).await;
     assert_eq!(get(&proxy.url("/echo")).await.status(), StatusCode::OK);
 }
+
+/// With `at_max = "wait"`, a connection past `connections.max` is not accepted (nor closed):
+/// it waits in the kernel's backlog, and is served once an open one closes.
+#[tokio::test]
+async fn past_the_maximum_a_connection_waits_with_at_max_wait() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.connections.max = 2;
+    config.connections.at_max = tidegate_proxy::config::AtMax::Wait;
+    let proxy = TestProxy::start(config).await;
+    let first = TcpStream::connect(proxy.addr).await.unwrap();
+    let second = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut third = TcpStream::connect(proxy.addr).await.unwrap();
+    third
+        .write_all(b"GET /echo HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    drop(first);
+    let mut answer = Vec::new();
+    within("the waiting connection to be served", async {
+        let _ = third.read_to_end(&mut answer).await;
+    })
+    .await;
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    assert_eq!(closed(&proxy, "max_connections").await, 0.0);
+    drop(second);
+}
