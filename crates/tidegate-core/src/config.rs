@@ -142,11 +142,11 @@ impl RegulatorConfig {
 
 /// Everything a [`Gate`] needs. `GateConfig::default()` is tidegate's default protection:
 /// the [`Autotune`] limit and [`Pie`] shedding by priority, with a 500 ms queue timeout and a
-/// queue wait bounded by twice the fastest recent answer.
+/// queue wait bounded by the fastest recent answer.
 ///
 /// Why, on the simulator's scenarios of every seed experiment (`docs/algorithms.md`, "The
 /// default, and why", has the table and the commands): on Kanaloa's service at 125% it keeps
-/// 99% of the capacity as goodput at p99 229 ms, settled 7 s after the overload starts; in
+/// 99% of the capacity as goodput at p99 209 ms, settled 7 s after the overload starts; in
 /// Cinnamon's experiment at 2.3x and 3x it keeps 98.5% while serving no tier 5 and keeping
 /// tier 1's P50 within 1.17x of unloaded; in the capacity demo it reaches 3.34-3.44 ok/s of
 /// an ideal 3.5; in front of RSocket's 2-20 ms servers it accepts 339 a second at p99 18.9

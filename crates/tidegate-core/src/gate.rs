@@ -49,9 +49,12 @@ pub struct QueueConfig {
     /// over its mean latency) is at most this many times the fastest answer the service gave
     /// recently; otherwise it is turned away as by a full queue. A queue is worth its wait
     /// only next to what the service costs anyway: behind a service answering in 100 ms or
-    /// more at tens in flight, twice its fastest answer is dozens of entries, more than PIE
-    /// lets stand; in front of one answering in 2-20 ms at one in flight (RSocket's), any
-    /// wait for a slot is the rest of a service time, up to 19 ms, and doubles the tail. A
+    /// more at tens in flight, its fastest answer is a dozen entries or more, as many as
+    /// PIE lets stand; in front of one answering in 2-20 ms at one in flight (RSocket's),
+    /// any wait for a slot is the rest of a service time, up to 19 ms, and doubles the
+    /// tail. One fastest answer, not two: a request that waited two service times in front
+    /// of a service of a few workers took three in all, past the tail an operator's fixed
+    /// queue of one work time gives (see `docs/algorithms.md`, "The default, and why"). A
     /// wait under [`WAIT_BOUND_FLOOR`] (1 ms) is always allowed. The bound applies to the
     /// least important tier arriving (see [`TIER_RECENT`]); a more important tier waits
     /// as the queue's capacity, its timeout and the regulator allow, so that a full
@@ -59,7 +62,7 @@ pub struct QueueConfig {
     /// fastest answers are near zero (exponential work) had no queue at all, and turned
     /// its tiers away alike (a quarter of the traffic at tier 1, offered 3x its capacity:
     /// tier 1 lost two thirds of its requests while tier 2 took three quarters of the
-    /// capacity). `inf` for no bound. Default 2.
+    /// capacity). `inf` for no bound. Default 1.
     pub wait_bound: f64,
 }
 
@@ -83,7 +86,7 @@ impl Default for QueueConfig {
             capacity: 1000,
             timeout: Nanos::from_millis(500),
             lifo_after: None,
-            wait_bound: 2.0,
+            wait_bound: 1.0,
         }
     }
 }

@@ -21,6 +21,28 @@ use crate::time::{Nanos, Time};
 /// capacity shed). Services slower than 5 ms keep the configured window.
 const WINDOW_RTTS: u64 = 100;
 
+/// Standard errors of a window's mean rtt that must fit in the tolerance before the window
+/// is judged (see [`Autotune::measured_enough`]). The latency rule reads a mean `tol` above
+/// the baseline as a queue; a window of `n` answers whose spread is `cv` times their mean
+/// measures that mean to `cv / sqrt(n)` of it, so below `n = (6 cv / tol)^2` noise alone
+/// crosses the tolerance. At 500 ms, a cached service (90% of answers at 1 ms, 10% at
+/// 100 ms: `cv` 2.7) judged its mean on a few dozen answers and halved its limit on windows
+/// that happened to hold several slow ones; an exponential service answering in 2 s on 10.
+/// Six rather than two or three: a window's own spread underestimates a heavy tail's (most
+/// windows of a few dozen answers hold none of the slowest), and 2, 3 and 4 left more of
+/// the family's heavy-tailed shapes shrinking on noise (docs/algorithms.md).
+const WINDOW_PRECISION: f64 = 6.0;
+
+/// Standard errors by which a window's mean rtt must exceed what the tolerance allows for
+/// the window to be judged before it is measured to [`WINDOW_PRECISION`]: a queue that
+/// doubles the rtt is seen as soon as it is beyond doubt, not after seconds of answers.
+const CLEAR_EXCESS: f64 = 3.0;
+
+/// A window waiting for precision lasts at most this many configured windows (8 s at
+/// 500 ms): a service whose answers are too few or too spread to be measured in that time
+/// is judged on what it gave.
+const MAX_WINDOW_STRETCH: u32 = 16;
+
 /// Windows per covariance check (about 5 s at the default 500 ms window).
 const RING: usize = 10;
 
@@ -305,7 +327,10 @@ enum Move {
 /// least one smoothed rtt (a service answering in 2 s is measured every 2 s: in 500 ms
 /// windows of 10 answers, each window held the answers that finished first, and an
 /// exponential service of 30 workers at 3x lost two thirds of its capacity), and at least
-/// 10 samples. Per window:
+/// 10 samples. Above a limit of 10, a window without drops also waits (up to 8 s) until its
+/// answers measure their mean to a sixth of the tolerance, unless they are beyond doubt
+/// above it or moved since the window was due (see `Autotune::measured_enough`): a
+/// cached or heavy-tailed service's 500 ms of answers read noise as a queue. Per window:
 /// mean rtt of successes `r` (rtt at or beyond the known timeout counts as a drop), throughput
 /// `x` (successes per second), mean inflight at admission `q`, largest inflight, drops. A drop's
 /// rtt is never a latency measurement.
@@ -337,7 +362,8 @@ enum Move {
 /// does not walk down to 1 on jitter. After a shrink the next window is a mix of both limits:
 /// it is not measured. The first window does not anchor the baseline unless it lasted 20 of
 /// its answers' mean rtt: its answers are those of the requests that finished first, the
-/// short ones (it still seeds `srtt`).
+/// short ones (it still seeds `srtt`, but the first baseline is at least the anchoring
+/// window's own mean).
 ///
 /// **Covariance arbitration.** Every 10 windows, the slope of `ln x` on `ln q` (the
 /// elasticity: `cov / var`, about 1 below the knee, 0 on a plateau, negative with contention)
@@ -444,6 +470,9 @@ pub struct Autotune {
     /// The last probe at a small limit was kept: probe again as soon as the span at the
     /// new limit is whole, rather than after a steady ring.
     descending: bool,
+    /// A small limit that a probe of one request below showed to be the knee (see
+    /// [`Autotune::at_the_knee`]).
+    knee: Option<f64>,
     started: bool,
     /// The window open is the first since the start (see [`FIRST_WINDOW_RTTS`]).
     first_window: bool,
@@ -466,6 +495,9 @@ pub struct Autotune {
     inflight_max: u32,
     /// See [`Light`].
     light: Option<Light>,
+    /// The window's successes and the sum of their rtts, in seconds, when it was first due
+    /// (see [`Autotune::moved_since_due`]).
+    at_due: Option<(u32, f64)>,
     /// `(ln q, ln x, move, whether the largest inflight reached the limit)` of the windows
     /// since the last check.
     ring: [(f64, f64, Move, bool); RING],
@@ -499,6 +531,7 @@ impl Autotune {
             span: Span::default(),
             trial: None,
             descending: false,
+            knee: None,
             started: false,
             first_window: false,
             slow_start: true,
@@ -513,6 +546,7 @@ impl Autotune {
             inflight_sum: 0,
             inflight_max: 0,
             light: None,
+            at_due: None,
             ring: [(0.0, 0.0, Move::Hold, false); RING],
             filled: 0,
         }
@@ -532,6 +566,7 @@ impl Autotune {
         self.success_rtt_sq = 0.0;
         self.inflight_sum = 0;
         self.inflight_max = 0;
+        self.at_due = None;
     }
 
     /// The mean rtt of the window's successes and the variance of that mean, if it had any.
@@ -551,6 +586,68 @@ impl Autotune {
             mean,
             variance_of_mean: variance / n,
         })
+    }
+
+    /// Whether the open window, due by its length, measured its mean rtt well enough to be
+    /// judged: to [`WINDOW_PRECISION`] standard errors within the tolerance, or beyond
+    /// doubt above it ([`CLEAR_EXCESS`]). A window with drops is judged at once (they are
+    /// the plainest sign of overload, and the drop rule does not read the mean), as is one
+    /// at a limit where one request is a trial (trials are judged over spans of their own,
+    /// and at RSocket's limits of 1-3 a window waiting for precision held a queue for
+    /// seconds). Before the baseline is set, a window waits at most
+    /// [`FIRST_WINDOW_RTTS`] of its answers' mean rtt: what the service does while a queue
+    /// forms from the initial limit is a trend, not noise, and a window that waited for it
+    /// to settle anchored the baseline on the queue (RSocket's at ten times its rtt).
+    fn measured_enough(&mut self, elapsed: Nanos) -> bool {
+        if self.drops > 0
+            || one_request_is_judged(self.limit.round())
+            || elapsed
+                >= self
+                    .config
+                    .window
+                    .saturating_mul(u64::from(MAX_WINDOW_STRETCH))
+        {
+            return true;
+        }
+        let Some(rtt) = self.window_rtt() else {
+            return true;
+        };
+        if self.moved_since_due(rtt) {
+            return true;
+        }
+        let precision = self.tolerance() * rtt.mean / WINDOW_PRECISION;
+        let precise = rtt.variance_of_mean <= precision * precision;
+        match self.base {
+            None => precise || elapsed.as_secs_f64() >= FIRST_WINDOW_RTTS * rtt.mean,
+            Some(base) => {
+                let excess = rtt.mean - base.value * (1.0 + self.tolerance());
+                precise
+                    || (excess > 0.0
+                        && excess * excess > CLEAR_EXCESS * CLEAR_EXCESS * rtt.variance_of_mean)
+            }
+        }
+    }
+
+    /// Whether the answers of a window kept open past its length moved away from those it
+    /// held when it was due, by [`CLEAR_EXCESS`] standard errors: the service changed (a
+    /// queue forming, capacity lost), which is news to act on, not noise to average. A
+    /// window waiting for precision while a queue grew in front of a limit set far above
+    /// the knee anchored its baseline on that queue (from 200 on Kanaloa's service, the
+    /// descent took minutes instead of seconds).
+    fn moved_since_due(&mut self, window: WindowRtt) -> bool {
+        let Some((n1, sum1)) = self.at_due else {
+            self.at_due = Some((self.successes, self.success_rtt.as_secs_f64()));
+            return false;
+        };
+        let n2 = self.successes - n1;
+        if n1 == 0 || n2 < self.config.min_window_samples {
+            return false;
+        }
+        let (n1, n2) = (f64::from(n1), f64::from(n2));
+        let difference = (self.success_rtt.as_secs_f64() - sum1) / n2 - sum1 / n1;
+        // The window's spread, from its variance of the mean.
+        let variance = window.variance_of_mean * (n1 + n2);
+        difference * difference > CLEAR_EXCESS * CLEAR_EXCESS * variance * (1.0 / n1 + 1.0 / n2)
     }
 
     /// Sets the baseline to the current smoothed rtt, if there is one.
@@ -582,7 +679,18 @@ impl Autotune {
             // against the 250 of its target: the tolerance at 20 is wide enough there.)
             match &mut self.base {
                 Some(base) => base.observe(srtt, var),
-                None if !censored => self.anchor(),
+                None if !censored => {
+                    // Seeded by a censored first window, `srtt` is still half that
+                    // window's short answers: the first baseline is the larger of it and
+                    // this window's own mean (after a first window of a cached service's
+                    // fast answers, anchored well under the mean, every window after read
+                    // as a queue).
+                    if window.mean > srtt {
+                        self.srtt = Some(window.mean);
+                        self.srtt_var = window.variance_of_mean;
+                    }
+                    self.anchor();
+                }
                 None => {}
             }
             if let Some(shrink) = self.shrunk.take() {
@@ -590,7 +698,7 @@ impl Autotune {
             }
         }
         let drop_fraction = f64::from(self.drops) / f64::from(self.samples.max(1));
-        if drop_fraction > self.config.drop_tolerance {
+        if self.drops_call_for_backoff(drop_fraction) {
             // DCTCP's proportional decrease, `1 - f/2`, where it is deeper than `backoff`:
             // a window of nothing but drops halves the limit. At the mild 0.9, a service
             // that answered nothing in time (the capacity demo after its work doubled, 10-s
@@ -711,6 +819,17 @@ impl Autotune {
         }
     }
 
+    /// Whether the window's drops, `fraction` of its samples, exceed the tolerated share,
+    /// by more than one drop: one drop in a window of 10-19 samples reads as 5-10%, but
+    /// says nothing of a rate. A service whose slowest answer in a hundred outlasts the
+    /// caller's timeout drew one such drop every few windows once its windows were small,
+    /// and each backoff made them smaller: a cache in front of a slow store (bimodal 99/1,
+    /// 10 workers, a step to 3x) walked down to 1 and served 67% of its capacity (83% with
+    /// two drops; 2 s of work at 30 workers, 36% -> 98%).
+    fn drops_call_for_backoff(&self, fraction: f64) -> bool {
+        fraction > self.config.drop_tolerance && self.drops >= 2
+    }
+
     /// Judges a trial once a whole span at its limit is measured; returns whether it ended
     /// at the lower of its two limits. By Little's law, more requests in flight at the
     /// same throughput are a queue: if the mean inflight at the higher limit exceeds the
@@ -748,6 +867,10 @@ impl Autotune {
             self.anchor();
         }
         if !grew {
+            // A probe that cost throughput in proportion was at the knee.
+            if told && elasticity > self.config.high_elasticity {
+                self.knee = Some(trial.from.round());
+            }
             // As probes for the baseline: one that found nothing spaces the next out.
             self.descending = futile;
             self.idle_probes = if futile {
@@ -876,6 +999,9 @@ impl Autotune {
             // request at small limits are trials of the limit itself, and go on.
             None if self.base.is_some_and(|b| b.clear)
                 && !one_request_is_judged(self.limit.round()) => {}
+            // Nor has a small limit that a probe already showed to be the knee, while its
+            // rtt stays at the baseline (see `Autotune::at_the_knee`).
+            None if self.at_the_knee() => {}
             None => {
                 // Too steady to tell: dip for one window, as BBR's ProbeRTT does, so that the
                 // baseline sees a lighter load and the next check has a spread to judge.
@@ -890,6 +1016,26 @@ impl Autotune {
             }
         }
         self.filled = 0;
+    }
+
+    /// Whether the limit in force is a small one that a probe of one request below showed
+    /// to be the knee (throughput fell with it in proportion), and the smoothed rtt is still
+    /// within two of its standard errors of the baseline: no queue for the next probe to
+    /// find. At a small limit a probe is a trial of one request (see
+    /// [`Autotune::start_probe`]); in front of a service held at its knee of 3 it cost a
+    /// span at 2, a third of the throughput, and the gate's queue its wait, every 16 rings,
+    /// with nothing to find. A knee that moves shows: one request past it, one answer in
+    /// eight waits a whole service time at 8 for 7 workers (the rtt 12% over the baseline
+    /// of a service whose work varies by 2%), and RSocket's servers answer 84% slower at 2
+    /// than at 1. Not a limit no probe has judged: a baseline measured under load is at
+    /// its rtt too, and only probes walk such a limit down to its knee.
+    fn at_the_knee(&self) -> bool {
+        let in_force = self.limit.round();
+        let at_baseline = match (self.srtt, self.base) {
+            (Some(srtt), Some(base)) => srtt <= base.value + 2.0 * self.srtt_var.sqrt(),
+            _ => false,
+        };
+        one_request_is_judged(in_force) && self.knee == Some(in_force) && at_baseline
     }
 
     /// Starts a trial of the limit `to`, judged against the span at the limit in force.
@@ -1111,11 +1257,13 @@ impl Limit for Autotune {
                 && elapsed.as_nanos().saturating_mul(u64::from(self.successes))
                     >= self.success_rtt.as_nanos().saturating_mul(WINDOW_RTTS));
         // And at least one smoothed rtt: a window shorter than the answers holds only those
-        // that finished first, the short ones of a service whose work is spread. (Last, so
-        // the conversion is made only for a window otherwise due.)
+        // that finished first, the short ones of a service whose work is spread; and a mean
+        // measured well enough to be judged. (Last, so the arithmetic is done only for a
+        // window otherwise due.)
         if due
             && self.samples >= self.config.min_window_samples
             && self.srtt.is_none_or(|srtt| elapsed.as_secs_f64() >= srtt)
+            && self.measured_enough(elapsed)
         {
             self.close_window(sample.now);
         }
@@ -1226,14 +1374,15 @@ mod tests {
         // on a baseline measured under load, throughput does not follow (elasticity < 0.2), a
         // reset halves it and re-learns the baseline; probes finish the descent. The first
         // window (answers of 1.6 s in 1.6 s) is not measured, and slow start's one doubling
-        // is tried and shrunk back for the latency it added: under 45 by 14 s (by 10 s
-        // before slow start).
+        // is tried and shrunk back for the latency it added: under 50 by 20 s (under 45 by
+        // 14 s while the first baseline was pulled down by the first window's short
+        // answers, by 10 s before slow start).
         let mut a = Autotune::new(&config(200));
         let trace = run(&mut a, &Service::kanaloa(), Load::Saturating, secs(180));
         assert!(
-            trace.limit_at(secs(14)) < 45,
+            trace.limit_at(secs(20)) < 50,
             "{}",
-            trace.limit_at(secs(14))
+            trace.limit_at(secs(20))
         );
         // Its doubling (to 400) is shrunk back by the latency it adds.
         assert!(trace.limit_at(secs(8)) < 250, "{}", trace.limit_at(secs(8)));
@@ -1464,8 +1613,9 @@ mod tests {
     fn a_censored_first_window_does_not_set_the_baseline() {
         // 100 ms answers in 500 ms windows: the first window holds the requests that finished
         // first, here 70 ms; the next ones the service's 100 ms. Anchored on the first, the
-        // baseline sat 30% low and every later window looked like a queue. The first window
-        // still seeds the smoothing: the baseline is the second window's 85 ms.
+        // baseline sat 30% low and every later window looked like a queue. Nor is it pulled
+        // down by the first window's seed of the smoothing (85 ms): the first baseline is the
+        // larger of the smoothed rtt and the anchoring window's own mean, 100 ms.
         let ok = Outcome::Success;
         let mut a = Autotune::new(&config(20));
         a.on_sample(&Sample {
@@ -1480,7 +1630,7 @@ mod tests {
             now = window(&mut a, now, 20, Nanos::from_millis(100), ok);
         }
         let base = a.base.map(|b| b.value).expect("set by the second window");
-        assert!((base - 0.085).abs() < 0.001, "{base}");
+        assert!((base - 0.1).abs() < 0.001, "{base}");
         // A first window many of its answers long (2 ms answers, one in flight at a time)
         // is not censored. (It closes at its 10th sample, 250 ms: after 100 answers' rtt.)
         let first = |inflight: u32| {
@@ -1584,6 +1734,62 @@ mod tests {
         // Then the smoothing starts afresh: 100 ms is exactly the baseline again, so it grows.
         window(&mut a, now, 100, Nanos::from_millis(100), Outcome::Success);
         assert!(a.limit > before);
+    }
+
+    #[test]
+    fn one_drop_in_a_small_window_is_not_a_rate() {
+        // 12 answers a window at the knee of 10 (throughput in proportion to the limit
+        // below it), one in 24 a drop (4%, under the 5% tolerated): every other window
+        // holds one drop, 8% of it. Backing off on each walked the limit down window after
+        // window, and every smaller window made a drop a larger share.
+        let rtt = Nanos::from_millis(100);
+        let mut a = past_slow_start(10);
+        a.config.max = 10;
+        a.max = 10.0;
+        let mut now = Time::ZERO;
+        let (mut lowest, mut below) = (a.limit(), 0);
+        for w in 0..100u64 {
+            let n = u64::from(a.limit()) * 6 / 5;
+            for i in 1..=n {
+                now = Time::ZERO + Nanos::from_millis(500 * w + 500 * i / n);
+                let drop = w % 2 == 1 && i == 6;
+                a.on_sample(&Sample {
+                    now,
+                    rtt,
+                    inflight: a.limit(),
+                    outcome: if drop {
+                        Outcome::Dropped
+                    } else {
+                        Outcome::Success
+                    },
+                });
+            }
+            lowest = lowest.min(a.limit());
+            if w >= 50 {
+                below += u32::from(a.limit() < 9);
+            }
+        }
+        // Probes of one request dip it for a span now and then.
+        assert!(
+            lowest >= 8 && below < 5,
+            "lowest {lowest}, {below} of 50 under 9"
+        );
+        // Two drops in a window of 12 (17%) are a rate: the limit backs off.
+        let before = a.limit();
+        for i in 1..=36u64 {
+            now += Nanos::from_millis(42);
+            a.on_sample(&Sample {
+                now,
+                rtt,
+                inflight: a.limit(),
+                outcome: if i % 6 == 0 {
+                    Outcome::Dropped
+                } else {
+                    Outcome::Success
+                },
+            });
+        }
+        assert!(a.limit() < before, "{} from {before}", a.limit());
     }
 
     #[test]
@@ -1827,6 +2033,30 @@ mod tests {
     }
 
     #[test]
+    fn a_small_limit_a_probe_showed_to_be_the_knee_is_not_probed_while_its_rtt_holds() {
+        // 3 workers of constant work, 20 answers a second each: at 3 the rtt is the
+        // baseline's, and a probe of one request below has no queue to find. Probed every
+        // 16 rings, the limit spent a span at 2 each time (a third of the throughput, and
+        // the gate's queue its wait); the robustness sweep's constant work at a knee of 3
+        // served 98.6% of the capacity, 99.7% without.
+        let mut a = Autotune::new(&config(3));
+        let mut now = Time::ZERO;
+        let mut below = 0;
+        for w in 0..600 {
+            now = service_window(&mut a, now, 20.0, 60.0);
+            below += u32::from(w >= 100 && a.limit() < 3);
+        }
+        assert_eq!(below, 0, "{below} windows of 500 under 3");
+        // Past the knee a probe still finds the queue: from 6, the limit comes down to 3.
+        let mut a = past_slow_start(6);
+        let mut now = Time::ZERO;
+        for _ in 0..200 {
+            now = service_window(&mut a, now, 20.0, 60.0);
+        }
+        assert_eq!(a.limit(), 3);
+    }
+
+    #[test]
     fn probes_that_find_nothing_come_at_doubling_intervals() {
         // A steady load well under the limit: latency flat, inflight constant, so every
         // ring is too steady to judge. Each probe (a window at 15 for 20) finds the same
@@ -2042,6 +2272,93 @@ mod tests {
         assert_eq!(a.window_start, opened, "closed before one rtt");
         feed(&mut a, Nanos::from_millis(2_700));
         assert!(a.window_start > opened, "still open after one rtt");
+    }
+
+    /// Feeds answers 25 ms apart from `start` until `until`, the `i`-th at `rtt(i)`, at
+    /// the limit in force. Returns the time of the last.
+    fn answers(a: &mut Autotune, start: Time, until: Nanos, rtt: impl Fn(u64) -> Nanos) -> Time {
+        let mut now = start;
+        let mut i = 0;
+        while now < start + until {
+            now += Nanos::from_millis(25);
+            i += 1;
+            a.on_sample(&Sample {
+                now,
+                rtt: rtt(i),
+                inflight: a.limit(),
+                outcome: Outcome::Success,
+            });
+        }
+        now
+    }
+
+    /// A limit of 30 past slow start whose baseline a window of 100 ms answers set; and the
+    /// time of its last answer.
+    fn anchored_at_100_ms() -> (Autotune, Time) {
+        let mut a = past_slow_start(30);
+        let now = window(
+            &mut a,
+            Time::ZERO,
+            100,
+            Nanos::from_millis(100),
+            Outcome::Success,
+        );
+        assert!(a.base.is_some());
+        (a, now)
+    }
+
+    #[test]
+    fn a_window_lasts_until_its_mean_is_measured() {
+        // A limit of 30 whose baseline is 100 ms, then a cached service's answers at the
+        // same mean: nine of 10 ms and one of 910 ms (a spread of 2.7 times the mean). At
+        // 40 a second, 500 ms hold 20 of them, whose mean is off by 60%: the window waits
+        // (up to 8 s, `MAX_WINDOW_STRETCH`) rather than judge it. Answers without spread
+        // close it on time, and so do answers beyond doubt above the tolerance (300 and
+        // 500 ms: 20 of them do not measure their mean to a sixth of the tolerance, but
+        // they are four times the baseline).
+        let cached = |i: u64| Nanos::from_millis(if i.is_multiple_of(10) { 910 } else { 10 });
+        let (mut a, now) = anchored_at_100_ms();
+        let anchored = a.window_start;
+        assert!(anchored > Time::ZERO && a.base.is_some());
+        let now = answers(&mut a, now, Nanos::from_secs(7), cached);
+        assert_eq!(a.window_start, anchored, "judged on too few answers");
+        answers(&mut a, now, Nanos::from_millis(1_100), cached);
+        assert!(a.window_start > anchored, "waited past its longest");
+        assert!(a.limit() >= 30, "shrunk on noise: {}", a.limit());
+
+        let (mut a, now) = anchored_at_100_ms();
+        let anchored = a.window_start;
+        answers(&mut a, now, Nanos::from_millis(550), |_| {
+            Nanos::from_millis(100)
+        });
+        assert!(a.window_start > anchored, "a window without spread waited");
+
+        let (mut a, now) = anchored_at_100_ms();
+        let anchored = a.window_start;
+        answers(&mut a, now, Nanos::from_millis(600), |i| {
+            Nanos::from_millis(300 + 200 * (i % 2))
+        });
+        assert!(
+            a.window_start > anchored,
+            "a clear queue waited for precision"
+        );
+        assert!(a.limit() < 30, "{}", a.limit());
+
+        // Answers of 50 and 150 ms need about 120 to measure their mean; past its length,
+        // the window's answers become five times faster: it closes on the change rather
+        // than wait to average it away.
+        let spread = |i: u64| Nanos::from_millis(50 + 100 * (i % 2));
+        let (mut a, now) = anchored_at_100_ms();
+        let anchored = a.window_start;
+        let now = answers(&mut a, now, Nanos::from_millis(600), spread);
+        assert_eq!(
+            a.window_start, anchored,
+            "judged before its mean was measured"
+        );
+        answers(&mut a, now, Nanos::from_millis(1_000), |i| {
+            Nanos::from_nanos(spread(i).as_nanos() / 5)
+        });
+        assert!(a.window_start > anchored, "waited through a change");
     }
 
     #[test]
