@@ -2,19 +2,22 @@
 # Issue 15's chain on real sockets (docs/experiments/chain-lab.md): a 2-hop chain on 127.0.0.1,
 # each hop 3 `tidegate proxy` processes in front of 3 `tidegate origin`s (each proxy balancing
 # over all 3), A's origins calling B through B's proxies (`tidegate origin --call`), three
-# `tidegate load`s as the clients (one per A proxy, a caller key each request, tiers 0-5).
+# `tidegate load`s as the clients (one per A proxy, 600 caller keys shared by the three, each
+# key always the same tier, tiers 0-5), retrying as `tidegate-tower`'s RetryLayer does.
 # A third of the way in, B's origins slow down to half their capacity, and the clients offer
-# 3x what the chain can then complete. Two arms: `feedback` (B's cut-off, `tidegate-cutoff`,
-# honoured by A's origins and passed on to A's proxies) and `no feedback` (A's origins ignore
-# it: `tidegate origin --ignore-cutoff`).
+# 3x what the chain can then complete. Arms: `tidegate` (everything on: B's gates know their
+# callers hold back what they cut, PIE's `callers_hold_back`); `no feedback` (A's origins
+# ignore B's cut-off, `tidegate-cutoff`: `tidegate origin --ignore-cutoff`); `no
+# shared salt` (each A proxy hashes caller keys to cohorts with its own salt); `naive
+# retries` (the clients retry at once, 3 attempts, no budget, whatever Retry-After says).
 #
-# Printed per arm, over the requests after the drop (from a scrape 5 s after it to the end):
-# chain goodput (chains A's origins completed, a second, against B's capacity), tiers 0-1
-# served (the clients' whole run), and wasted work (A's calls that failed at B or were held
-# back, as a share of A's calls: work A's origins did for nothing).
-#
-# Not measured here: cohort agreement (the proxies do not report whom they shed) and retry
-# amplification (`tidegate load` does not retry); the simulator's fleet pages measure both.
+# Printed per arm, over the requests after the drop (from 5 s after it to the end):
+# cohort agreement (of the keys an A proxy shed in a second, among those at least two A
+# proxies saw, the share every A proxy that saw them shed: the loads' attempt logs, each
+# load sending to one proxy, a shed told by its `tidegate-shed` header), wasted work (A's
+# calls that failed at B or were held back, as a share of A's calls: work A's origins did
+# for nothing), attempts per request (the attempt logs), chain goodput (chains A's origins
+# completed, a second, against B's capacity), and tiers 0-1 served (the clients' whole run).
 #
 # Usage: docs/experiments/chain-lab.sh [--quick]   (--quick: 15 s an arm instead of 45 s)
 set -euo pipefail
@@ -33,21 +36,26 @@ bench_start chain-lab
 build_tidegate
 base=$((20000 + RANDOM % 20000))
 
-# start_proxy NAME PORT ADMIN UPSTREAM...: writes a proxy's file (the cohort from the caller
-# key, the same salt everywhere) and starts it.
+# start_proxy NAME PORT ADMIN SALT HOLD UPSTREAM...: writes a proxy's file (the cohort from
+# the caller key, hashed with SALT; HOLD: whether its callers hold back what it cuts, PIE's
+# `callers_hold_back`) and starts it.
 start_proxy() {
-    local name=$1 port=$2 admin=$3
-    shift 3
+    local name=$1 port=$2 admin=$3 salt=$4 hold=$5
+    shift 5
     {
         echo "listen = \"127.0.0.1:$port\""
         echo "admin = \"127.0.0.1:$admin\""
         echo "threads = 1"
         echo "[priority]"
         echo "caller_key_header = \"x-user\""
+        echo "[priority.cohorts]"
+        echo "salt = $salt"
         # As the simulator's fleet arms: no wait bound, so that PIE cuts by rank (with the
         # default bound the gates turn arrivals away as "queue full" whatever their tier).
         echo "[gate.queue]"
         echo "wait_bound = inf"
+        echo "[gate.regulator.pie]"
+        echo "callers_hold_back = $hold"
         for upstream in "$@"; do
             echo "[[upstreams]]"
             echo "url = \"http://127.0.0.1:$upstream\""
@@ -83,8 +91,10 @@ calls() {
 
 run_arm() {
     local arm=$1 i port
-    local ignore=()
-    [[ $arm == "no feedback" ]] && ignore=(--ignore-cutoff)
+    local ignore=() retry=budget salted=0 hold=true
+    [[ $arm == "no feedback" ]] && ignore=(--ignore-cutoff) hold=false
+    [[ $arm == "naive retries" ]] && retry=naive
+    [[ $arm == "no shared salt" ]] && salted=1
     local b_origins=() b_proxies=() a_origins=() a_proxies=()
     pids=()
     for i in 0 1 2; do
@@ -94,7 +104,8 @@ run_arm() {
     done
     for i in 0 1 2; do
         b_proxies+=($((base + 10 + i)))
-        start_proxy "b-proxy-$i" "${b_proxies[i]}" $((base + 20 + i)) "${b_origins[@]}"
+        start_proxy "b-proxy-$i" "${b_proxies[i]}" $((base + 20 + i)) 0 "$hold" \
+            "${b_origins[@]}"
     done
     for i in 0 1 2; do
         a_origins+=($((base + 30 + i)))
@@ -103,7 +114,8 @@ run_arm() {
     done
     for i in 0 1 2; do
         a_proxies+=($((base + 40 + i)))
-        start_proxy "a-proxy-$i" "${a_proxies[i]}" $((base + 50 + i)) "${a_origins[@]}"
+        start_proxy "a-proxy-$i" "${a_proxies[i]}" $((base + 50 + i)) $((salted * (i + 1))) false \
+            "${a_origins[@]}"
     done
     for port in "${b_origins[@]}" "${b_proxies[@]}" "${a_origins[@]}" "${a_proxies[@]}"; do
         wait_port "$port"
@@ -112,40 +124,66 @@ run_arm() {
     for i in 0 1 2; do
         "$tidegate" load "http://127.0.0.1:${a_proxies[$i]}/" --rate "$rate_per_client" \
             --duration "${duration}s" --arrivals poisson --timeout 1s --seed $((i + 21)) \
-            --tiers 0:10,1:10,2:20,3:20,4:20,5:20 --cohort-keys 3000 --key-header x-user \
+            --tiers 0:10,1:10,2:20,3:20,4:20,5:20 --cohort-keys 600 --key-header x-user \
+            --tier-by-key --retry "$retry" --attempt-log "$work/attempts-$i.csv" \
             --json >"$work/load-$i.json" 2>"$work/load-$i.log" &
         loads+=($!)
     done
     sleep "$measure_from"
-    read -r ok0 held0 failed0 <<<"$(calls "${a_origins[@]}")"
-    local t0
+    # The window opens halfway through the first scrape (on a busy machine it takes a while)
+    # and closes when the loads have ended, their last requests answered.
+    local t0 t1
     t0=$(date +%s.%N)
+    read -r ok0 held0 failed0 <<<"$(calls "${a_origins[@]}")"
+    t0=$(python3 -c "print(($t0 + $(date +%s.%N)) / 2)")
     for pid in "${loads[@]}"; do wait "$pid"; done
-    read -r ok1 held1 failed1 <<<"$(calls "${a_origins[@]}")"
-    local t1
     t1=$(date +%s.%N)
+    read -r ok1 held1 failed1 <<<"$(calls "${a_origins[@]}")"
     stop_started
     python3 - "$arm" "$t0" "$t1" "$capacity_after" "$((ok1 - ok0))" "$((held1 - held0))" \
-        "$((failed1 - failed0))" "$work"/load-*.json <<'EOF'
-import json, sys
+        "$((failed1 - failed0))" "$work" <<'EOF'
+import csv, json, sys
+from collections import defaultdict
 arm, t0, t1, capacity, ok, held, failed = sys.argv[1], *map(float, sys.argv[2:8])
+work = sys.argv[8]
 window = t1 - t0
 important = [0, 0]
-for path in sys.argv[8:]:
-    for tier in json.load(open(path))["tiers"]:
+# Per second and key: the loads (each sending to one A proxy) that saw it, that shed it.
+seen, shed = defaultdict(set), defaultdict(set)
+attempts = defaultdict(int)
+for load in range(3):
+    for tier in json.load(open(f"{work}/load-{load}.json"))["tiers"]:
         if tier["tier"] <= 1:
             important[0] += tier["offered"]
             important[1] += tier["ok"]
+    rows = list(csv.DictReader(open(f"{work}/attempts-{load}.csv")))
+    first = {r["intended_s"]: float(r["sent_unix_s"]) for r in rows if r["attempt"] == "1"}
+    for row in rows:
+        sent = float(row["sent_unix_s"])
+        if t0 <= sent < t1:
+            second = (int(sent), row["key"])
+            seen[second].add(load)
+            if row["shed"]:
+                shed[second].add(load)
+        # A request counts, with all its attempts, if its first attempt left in the window.
+        if t0 <= first.get(row["intended_s"], 0) < t1:
+            attempts[(load, row["intended_s"])] += 1
+somewhere = [k for k, s in shed.items() if len(seen[k]) >= 2]
+everywhere = sum(1 for k in somewhere if shed[k] == seen[k])
 calls = ok + held + failed
 goodput = ok / window
-print(f"| {arm} | {goodput:.0f}/s ({goodput / capacity:.1%}) | "
-      f"{important[1] / max(important[0], 1):.1%} | "
+print(f"| {arm} | {everywhere / max(len(somewhere), 1):.1%} ({everywhere} of {len(somewhere)}) | "
       f"{(held + failed) / max(calls, 1):.1%} ({held + failed:.0f} of {calls:.0f}: "
-      f"{held:.0f} held back, {failed:.0f} failed) |")
+      f"{held:.0f} held back, {failed:.0f} failed) | "
+      f"{sum(attempts.values()) / max(len(attempts), 1):.2f} | "
+      f"{goodput:.0f}/s ({goodput / capacity:.1%}) | "
+      f"{important[1] / max(important[0], 1):.1%} |")
 EOF
 }
 
-echo "| arm | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | wasted work at A |"
-echo "|---|---|---|---|"
-run_arm feedback
+echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served |"
+echo "|---|---|---|---|---|---|"
+run_arm tidegate
 run_arm "no feedback"
+run_arm "no shared salt"
+run_arm "naive retries"

@@ -120,8 +120,8 @@ impl CutoffHint {
     }
 }
 
-/// What a caller knows of one callee's cut-off: the latest hint, and how many malformed
-/// headers it ignored.
+/// What a caller knows of one callee's cut-off: the deepest hint in force, and how many
+/// malformed headers it ignored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Feedback {
     hint: Option<CutoffHint>,
@@ -130,7 +130,7 @@ pub struct Feedback {
 
 impl Feedback {
     /// Takes in the header value of a response received at `now`, if it had one. A valid
-    /// header replaces the hint held; a malformed one is ignored (the hint held stays) and
+    /// header is taken as [`Feedback::take`] says; a malformed one is ignored (the hint held stays) and
     /// counted; no header changes nothing, since a gate that stops cutting stops sending it
     /// and the hint lapses on its own.
     pub fn receive(&mut self, now: Time, value: Option<&[u8]>) {
@@ -144,10 +144,18 @@ impl Feedback {
         }
     }
 
-    /// Takes in a parsed header received at `now`: it replaces the hint held. (The simulator
-    /// hands headers over as values.)
+    /// Takes in a parsed header received at `now` (the simulator hands headers over as
+    /// values): it replaces the hint held, unless that one is deeper and still in force. A
+    /// callee is several instances, each its own gate and its own cut-off; taking the latest
+    /// flipped the hint between theirs, and what a caller admitted under the looser one was
+    /// then dropped under the deeper one, its work wasted (`docs/feedback.md`). The deepest
+    /// holds until it expires, so a caller loosens at most a `ttl` after the callee does.
     pub fn take(&mut self, now: Time, header: CutoffHeader) {
-        self.hint = Some(header.at(now));
+        let new = header.at(now);
+        self.hint = match self.hint(now) {
+            Some(held) if held.rank < new.rank => Some(held),
+            _ => Some(new),
+        };
     }
 
     /// Whether to drop a request of `priority` at `now` rather than send it.
@@ -255,9 +263,36 @@ mod tests {
         assert!(feedback.refuses(Time::from_nanos(999_999_999), priority(1, 1)));
         assert!(!feedback.refuses(Time::from_nanos(1_000_000_000), priority(1, 1)));
         assert_eq!(feedback.hint(Time::from_nanos(1_000_000_000)), None);
-        // A later header replaces the hint, looser or tighter.
-        feedback.receive(t0, Some(b"rank=767, ttl=1s"));
-        assert!(!feedback.refuses(t0, Priority::LOWEST));
+        // Once it has lapsed, a later header replaces the hint, looser or tighter.
+        let t1 = Time::from_nanos(1_000_000_000);
+        feedback.receive(t1, Some(b"rank=767, ttl=1s"));
+        assert!(!feedback.refuses(t1, Priority::LOWEST));
+    }
+
+    #[test]
+    fn the_deepest_hint_holds_until_it_expires() {
+        let mut feedback = Feedback::default();
+        let t0 = Time::from_nanos(0);
+        let at = |ms| t0 + Nanos::from_millis(ms);
+        // Two instances of the callee cut at ranks 300 and 400, their answers interleaved.
+        feedback.receive(t0, Some(b"rank=300, ttl=250ms"));
+        feedback.receive(at(10), Some(b"rank=400, ttl=250ms"));
+        assert_eq!(feedback.hint(at(10)).map(|h| h.rank), Some(300));
+        // A deeper one replaces it at once; the same one renews it.
+        feedback.receive(at(20), Some(b"rank=200, ttl=250ms"));
+        feedback.receive(at(30), Some(b"rank=200, ttl=250ms"));
+        assert_eq!(
+            feedback.hint(at(30)),
+            Some(CutoffHint {
+                rank: 200,
+                expires: at(280)
+            })
+        );
+        // A looser one is taken once the deeper has lapsed.
+        feedback.receive(at(279), Some(b"rank=400, ttl=250ms"));
+        assert_eq!(feedback.hint(at(279)).map(|h| h.rank), Some(200));
+        feedback.receive(at(280), Some(b"rank=400, ttl=250ms"));
+        assert_eq!(feedback.hint(at(280)).map(|h| h.rank), Some(400));
     }
 
     #[test]

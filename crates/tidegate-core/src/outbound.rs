@@ -22,5 +22,5 @@ mod throttle;
 mod window;
 
 pub use budget::{RetryBudget, RetryBudgetConfig};
-pub use retry::{Backoff, RetryPolicy};
+pub use retry::{Backoff, RetryPolicy, parse_retry_after};
 pub use throttle::{AdaptiveThrottle, ThrottleConfig};

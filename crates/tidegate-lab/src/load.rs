@@ -24,17 +24,20 @@
 //! [`LoadConfig`]: its phases onto [`Phase`]s, its tier weights onto [`TierMix::new`], its
 //! keys onto `caller_keys`.
 
+mod attempt_log;
 mod http;
 mod mix;
 mod report;
+mod retry;
 mod schedule;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use ::http::header::{HOST, HeaderName, HeaderValue};
 use ::http::{HeaderMap, Method, Request, Uri};
@@ -45,13 +48,16 @@ use tidegate_core::rng::Rng;
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, oneshot};
 
+use self::attempt_log::{Attempt, AttemptLog};
+use self::http::{Answer, Outcome, Pool};
 pub use self::http::{ErrorKind, SHED_HEADER};
-use self::http::{Outcome, Pool};
 pub use self::mix::{MixError, TierMix};
 use self::report::{Dispatched, Recorder};
 pub use self::report::{
     Finished, Latency, Report, RunInfo, SecondReport, SteadyReport, TierReport,
 };
+pub use self::retry::LoadRetry;
+use self::retry::Retrier;
 pub use self::schedule::{ArrivalTimes, Arrivals, Phase, Schedule, ScheduleError};
 
 /// The request header that carries a request's tier.
@@ -74,6 +80,9 @@ pub struct LoadConfig {
     pub tiers: TierMix,
     /// Distinct caller keys, drawn uniformly per request; 0: no key header.
     pub caller_keys: u32,
+    /// Each caller key always sends the same tier (drawn from the mix by the key), as a
+    /// customer on a plan does; otherwise each request draws its tier.
+    pub tier_by_key: bool,
     pub key_header: HeaderName,
     /// Sent with every request.
     pub headers: HeaderMap,
@@ -86,6 +95,10 @@ pub struct LoadConfig {
     /// If given, the report also counts apart the requests intended from this offset on
     /// ([`Report::steady`]): the steady state after a warm-up, as a simulator reports it.
     pub steady_from: Option<Nanos>,
+    /// How refused and failed requests are retried; `None`: never.
+    pub retry: Option<LoadRetry>,
+    /// A file to write every attempt to, one CSV line each (`attempt_log`'s columns).
+    pub attempt_log: Option<PathBuf>,
 }
 
 impl LoadConfig {
@@ -100,12 +113,15 @@ impl LoadConfig {
             timeout: Nanos::from_secs(2),
             tiers: TierMix::none(),
             caller_keys: 0,
+            tier_by_key: false,
             key_header: HeaderName::from_static(DEFAULT_KEY_HEADER),
             headers: HeaderMap::new(),
             body_size: 0,
             max_inflight: 10_000,
             seed: 1,
             steady_from: None,
+            retry: None,
+            attempt_log: None,
         }
     }
 
@@ -116,6 +132,7 @@ impl LoadConfig {
             tiers: self.tiers.clone(),
             tier_rng: Rng::seed(self.seed.wrapping_add(1)),
             caller_keys: self.caller_keys,
+            tier_by_key: self.tier_by_key,
             key_rng: Rng::seed(self.seed.wrapping_add(2)),
         }
     }
@@ -153,6 +170,11 @@ pub enum LoadError {
     Histogram(#[from] hdrhistogram::CreationError),
     #[error("the dispatcher thread ended without a result")]
     Dispatcher,
+    #[error("cannot write the attempts file {path:?}: {source}")]
+    AttemptLog {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// One request of a run: when it is due, at which tier, from which caller.
@@ -172,6 +194,7 @@ pub struct Plan {
     tiers: TierMix,
     tier_rng: Rng,
     caller_keys: u32,
+    tier_by_key: bool,
     key_rng: Rng,
 }
 
@@ -179,12 +202,17 @@ impl Iterator for Plan {
     type Item = Arrival;
     fn next(&mut self) -> Option<Arrival> {
         let offset = self.times.next()?;
-        let slot = self.tiers.draw(&mut self.tier_rng);
         let key = (self.caller_keys > 0).then(|| {
             let last = i64::from(self.caller_keys) - 1;
             // In 0..caller_keys, so the conversion back cannot fail.
             u32::try_from(self.key_rng.range_inclusive(0, last)).unwrap_or(0)
         });
+        let slot = match key {
+            // The key's own draw, the same whatever the seed: loads with different seeds
+            // (one per proxy) give a key the same tier.
+            Some(key) if self.tier_by_key => self.tiers.draw(&mut Rng::seed(u64::from(key))),
+            _ => self.tiers.draw(&mut self.tier_rng),
+        };
         Some(Arrival { offset, slot, key })
     }
 }
@@ -265,6 +293,10 @@ struct Shared {
     headers: HeaderMap,
     /// Per tier slot; empty without a mix.
     priority_values: Vec<HeaderValue>,
+    /// The tier of each slot; empty without a mix.
+    tiers: Vec<u8>,
+    retrier: Option<Retrier>,
+    attempt_log: Option<AttemptLog>,
     key_header: HeaderName,
     body: Bytes,
     timeout: Duration,
@@ -298,13 +330,53 @@ impl Shared {
     }
 }
 
-/// One request, from its intended send time to its outcome.
+/// One attempt at `arrival`'s request, within its deadline, written to the attempts file.
+async fn attempt(shared: &Shared, arrival: &Arrival, number: u32, deadline: Instant) -> Answer {
+    let (sent, started) = (SystemTime::now(), Instant::now());
+    let request = shared.request(arrival);
+    let answer = tokio::time::timeout_at(deadline.into(), shared.pool.exchange(request))
+        .await
+        .unwrap_or_else(|_| Outcome::TimedOut.into());
+    if let Some(log) = &shared.attempt_log {
+        log.write(&Attempt {
+            sent,
+            intended: arrival.offset,
+            number,
+            tier: shared.tiers.get(arrival.slot).copied(),
+            key: arrival.key,
+            outcome: answer.outcome,
+            shed: answer.shed.as_ref(),
+            took: started.elapsed(),
+        });
+    }
+    answer
+}
+
+/// One request, from its intended send time to its outcome: its attempts, retried as the
+/// load's [`LoadRetry`] says, all within the timeout.
 async fn send(shared: Arc<Shared>, arrival: Arrival, intended: Instant) {
     let deadline = intended + shared.timeout;
-    let request = shared.request(&arrival);
-    let outcome = tokio::time::timeout_at(deadline.into(), shared.pool.exchange(request))
-        .await
-        .unwrap_or(Outcome::TimedOut);
+    if let Some(retrier) = &shared.retrier {
+        retrier.request(Instant::now());
+    }
+    let mut attempts = 0;
+    let outcome = loop {
+        attempts += 1;
+        let answer = attempt(&shared, &arrival, attempts, deadline).await;
+        let retry_after = match answer.outcome {
+            Outcome::Shed { .. } => answer.retry_after,
+            Outcome::Failed { .. } => None,
+            Outcome::Ok { .. } | Outcome::TimedOut => break answer.outcome,
+        };
+        let wait = shared
+            .retrier
+            .as_ref()
+            .and_then(|retrier| retrier.next_wait(attempts, retry_after, Instant::now(), deadline));
+        match wait {
+            Some(wait) => tokio::time::sleep(wait).await,
+            None => break answer.outcome,
+        }
+    };
     let latency = intended.elapsed();
     // The timer may fire a little late; a response past the timeout is not goodput.
     let outcome = match outcome {
@@ -322,9 +394,10 @@ async fn send(shared: Arc<Shared>, arrival: Arrival, intended: Instant) {
     let steady = shared
         .steady_from
         .is_some_and(|from| arrival.offset >= from);
-    shared
-        .recorder()
-        .record(arrival.slot, (second, answered), steady, outcome, latency);
+    let mut recorder = shared.recorder();
+    recorder.record(arrival.slot, (second, answered), steady, outcome, latency);
+    recorder.retried(attempts - 1);
+    drop(recorder);
     if shared.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
         shared.drained.notify_waiters();
     }
@@ -444,12 +517,24 @@ pub async fn run_observed(
         .iter()
         .map(|&t| HeaderValue::from(u16::from(t)))
         .collect();
+    let attempt_log = config
+        .attempt_log
+        .as_deref()
+        .map(AttemptLog::create)
+        .transpose()?;
+    let start = Instant::now();
     let shared = Arc::new(Shared {
         pool: Pool::new(addrs),
         method: config.method.clone(),
         path: target.path.clone(),
         headers,
         priority_values,
+        tiers: tiers.clone(),
+        retrier: config
+            .retry
+            .as_ref()
+            .map(|retry| Retrier::new(retry, config.seed.wrapping_add(3), start)),
+        attempt_log,
         key_header: config.key_header.clone(),
         body: Bytes::from(vec![0u8; config.body_size]),
         timeout: config.timeout.into(),
@@ -463,7 +548,6 @@ pub async fn run_observed(
 
     let (stop_tx, stop_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = oneshot::channel();
-    let start = Instant::now();
     let end = start + Duration::from(config.schedule.duration());
     let dispatcher = Dispatcher {
         plan: config.plan(),
@@ -521,6 +605,9 @@ pub async fn run_observed(
             () = drained => {}
             _ = ticker.tick() => observe(&progress(&shared)),
         }
+    }
+    if let Some(log) = &shared.attempt_log {
+        log.finish()?;
     }
     let recorder = std::mem::replace(&mut *shared.recorder(), Recorder::new(slots, false)?);
     let run = RunInfo {

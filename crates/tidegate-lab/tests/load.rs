@@ -490,3 +490,88 @@ async fn bad_urls_are_refused_by_name() {
         assert!(err.to_string().contains(expected), "{url}: {err}");
     }
 }
+
+/// Tier 5 always refused by "tidegate", the others served.
+async fn refusing_tier_5() -> Origin {
+    Origin::start(|req| {
+        let refused = req
+            .headers()
+            .get(load::PRIORITY_HEADER)
+            .is_some_and(|v| v == "5");
+        Reply {
+            delay: Duration::ZERO,
+            status: if refused { 503 } else { 200 },
+            shed_header: refused,
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn naive_retries_multiply_the_attempts_and_each_is_logged() {
+    let _turn = SERIAL.lock().await;
+    let origin = refusing_tier_5().await;
+    let path = std::env::temp_dir().join(format!("tidegate-attempts-{}.csv", std::process::id()));
+    let mut c = config(origin.url(), 400.0, Duration::from_millis(500));
+    c.tiers = "1:50,5:50".parse().unwrap();
+    c.caller_keys = 40;
+    c.tier_by_key = true;
+    c.retry = Some(load::LoadRetry::naive(3));
+    c.attempt_log = Some(path.clone());
+    let report = run(c).await;
+    assert_adds_up(&report);
+    let tier5 = &report.tiers[1];
+    assert!(tier5.sent > 20, "{report}");
+    assert_eq!(tier5.shed, tier5.sent);
+    assert_eq!(report.retries, 2 * tier5.sent);
+    assert_eq!(origin.seen().requests, report.total.sent + report.retries);
+
+    let log = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let mut lines = log.lines();
+    assert_eq!(
+        lines.next(),
+        Some("sent_unix_s,intended_s,attempt,tier,key,outcome,status,shed,latency_ms")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len() as u64, report.total.sent + report.retries);
+    let mut tier_of_key: HashMap<&str, &str> = HashMap::new();
+    for row in &rows {
+        let (attempt, tier, key, outcome, status, shed) =
+            (row[2], row[3], row[4], row[5], row[6], row[7]);
+        // A key always sends the same tier.
+        assert_eq!(*tier_of_key.entry(key).or_insert(tier), tier, "{row:?}");
+        match tier {
+            "5" => assert_eq!((outcome, status, shed), ("shed", "503", "pie"), "{row:?}"),
+            _ => assert_eq!((attempt, outcome, status, shed), ("1", "ok", "200", "")),
+        }
+    }
+    for attempt in ["1", "2", "3"] {
+        let n = rows
+            .iter()
+            .filter(|r| r[3] == "5" && r[2] == attempt)
+            .count();
+        assert_eq!(n as u64, tier5.sent, "attempt {attempt}");
+    }
+    assert!(tier_of_key.len() > 30, "{}", tier_of_key.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_budget_keeps_retries_to_a_tenth_plus_its_floor() {
+    let _turn = SERIAL.lock().await;
+    let origin = refusing_tier_5().await;
+    let mut c = config(origin.url(), 400.0, Duration::from_millis(500));
+    c.tiers = "1:50,5:50".parse().unwrap();
+    c.retry = Some(load::LoadRetry::budgeted(3));
+    let report = run(c).await;
+    assert_adds_up(&report);
+    // 10% of about 200 requests, plus 1 a second over the budget's 10 s window.
+    let most = report.total.sent / 10 + 10;
+    assert!(
+        report.retries > 0 && report.retries <= most,
+        "{} retries of {} requests",
+        report.retries,
+        report.total.sent
+    );
+    assert_eq!(origin.seen().requests, report.total.sent + report.retries);
+}

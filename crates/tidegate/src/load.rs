@@ -9,7 +9,7 @@ use clap::{ArgGroup, Args, CommandFactory as _, ValueEnum};
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Uri};
 use tidegate_core::Nanos;
-use tidegate_lab::load::{self, Arrivals, LoadConfig, Progress, Schedule, TierMix};
+use tidegate_lab::load::{self, Arrivals, LoadConfig, LoadRetry, Progress, Schedule, TierMix};
 
 /// Send HTTP requests on a schedule, whatever the responses do, and report per tier
 ///
@@ -63,6 +63,24 @@ pub(crate) struct LoadArgs {
     /// --key-header; a tidegate proxy maps them to cohorts. 0: no key header.
     #[arg(long, default_value_t = 0, value_name = "N")]
     cohort_keys: u32,
+    /// Each caller key always sends the same tier (drawn from --tiers by the key, the same in
+    /// every load), as a customer on a plan does; otherwise each request draws its tier.
+    #[arg(long)]
+    tier_by_key: bool,
+    /// How refused (429, 503) and failed requests are retried, all attempts within --timeout:
+    /// none; naive (at once, whatever Retry-After says, up to --attempts); budget (the
+    /// library's default, as tidegate-tower's RetryLayer: backoff of 25 ms to 1 s with
+    /// jitter, Retry-After honoured, retries at most 10% of requests plus 1 a second).
+    #[arg(long, value_enum, default_value_t = RetryMode::None)]
+    retry: RetryMode,
+    /// Attempts in all per request (the first included) when retrying.
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    attempts: u32,
+    /// Write every attempt to FILE, one CSV line each: when it left (Unix seconds), the
+    /// request's intended time, its attempt number, tier, key, outcome, status, the
+    /// tidegate-shed reason and its latency.
+    #[arg(long, value_name = "FILE")]
+    attempt_log: Option<std::path::PathBuf>,
     /// The header that carries the caller key.
     #[arg(long, default_value = load::DEFAULT_KEY_HEADER, value_name = "NAME")]
     key_header: HeaderName,
@@ -90,6 +108,13 @@ pub(crate) struct LoadArgs {
     /// never.
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
     progress: ProgressMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RetryMode {
+    None,
+    Naive,
+    Budget,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -158,6 +183,13 @@ impl LoadArgs {
             timeout: self.timeout,
             tiers: self.tiers.unwrap_or_default(),
             caller_keys: self.cohort_keys,
+            tier_by_key: self.tier_by_key,
+            retry: match self.retry {
+                RetryMode::None => None,
+                RetryMode::Naive => Some(LoadRetry::naive(self.attempts)),
+                RetryMode::Budget => Some(LoadRetry::budgeted(self.attempts)),
+            },
+            attempt_log: self.attempt_log,
             key_header: self.key_header,
             headers,
             body_size: self.body_size,

@@ -66,6 +66,14 @@ impl Default for RetryPolicy {
     }
 }
 
+/// A `Retry-After` value in whole seconds (`"3"`); its HTTP-date form, which gates do not
+/// send, and anything else that is not a whole number of seconds give `None`: the retry then
+/// waits its backoff alone.
+pub fn parse_retry_after(value: &[u8]) -> Option<Nanos> {
+    let seconds: u64 = std::str::from_utf8(value).ok()?.trim().parse().ok()?;
+    Some(Nanos::from_secs(seconds))
+}
+
 impl RetryPolicy {
     /// Naive retries: up to `max_attempts`, at once, whatever the service asks.
     pub fn naive(max_attempts: u32) -> RetryPolicy {
@@ -129,6 +137,21 @@ mod tests {
             policy.next_wait(1, Some(Nanos::from_secs(30)), &mut rng),
             Some(Nanos::ZERO)
         );
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds() {
+        assert_eq!(parse_retry_after(b" 3 "), Some(Nanos::from_secs(3)));
+        assert_eq!(parse_retry_after(b"0"), Some(Nanos::ZERO));
+        for bad in [
+            &b"Wed, 21 Oct 2015 07:28:00 GMT"[..],
+            b"-1",
+            b"1.5",
+            b"",
+            b"\xff",
+        ] {
+            assert_eq!(parse_retry_after(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -14,6 +14,17 @@
 //!
 //! Recording an arrival and deciding about one are O(1); an update decays and walks the
 //! counters of the ranks that have had arrivals (all 768 at worst).
+//!
+//! When the gate's callers hold back what it cuts (they honour its `tidegate-cutoff` header,
+//! `crate::feedback`), the ranks it cuts stop arriving, and a histogram of arrivals alone
+//! forgets them: the next cut, a share of what still arrives, is drawn deeper into what the
+//! callers send, each header deeper than the last (the ratchet, `docs/feedback.md`).
+//! [`PriorityCutoff::with_held_ranks`] keeps the line a level over the traffic as it would be
+//! without the callers' hold-back, as DAGOR's admission level is: a rank counts, from the
+//! update at which the cut first takes it in full, at least what it counted then, until its
+//! own arrivals are back to that. The share to cut is then a share of all the traffic, the
+//! line stays where it is while the share does, and moves back up, letting the callers send
+//! again, as the share falls.
 
 use std::ops::ControlFlow;
 
@@ -87,6 +98,9 @@ pub struct PriorityCutoff {
     held_cut: Cut,
     /// Error-diffusion accumulator for the partial rank: a rejection each time it reaches 1.
     carry: f64,
+    /// With [`PriorityCutoff::with_held_ranks`]: per rank, what it counted when the cut took
+    /// it in full (0: none), and the lowest rank the cut takes in full (`RANKS`: none).
+    floors: Option<(Box<[f64; RANKS]>, usize)>,
 }
 
 impl PriorityCutoff {
@@ -104,6 +118,24 @@ impl PriorityCutoff {
             held: 0.0,
             held_cut: Cut::Nothing,
             carry: 0.0,
+            floors: None,
+        }
+    }
+
+    /// The gate's callers hold back the ranks it cuts (the `tidegate-cutoff` header): count
+    /// each such rank at least as it counted when the cut first took it in full, until its
+    /// own arrivals are back to that (see the module docs). Without callers that do, the
+    /// held ranks keep arriving and their floors go as soon as they are met.
+    pub fn with_held_ranks(mut self) -> PriorityCutoff {
+        self.floors = Some((Box::new([0.0; RANKS]), RANKS));
+        self
+    }
+
+    /// The count the cut is drawn over: the arrivals', or a held rank's floor.
+    fn count(&self, rank: usize) -> f64 {
+        match &self.floors {
+            Some((floors, _)) => self.counts[rank].max(floors[rank]),
+            None => self.counts[rank],
         }
     }
 
@@ -135,6 +167,12 @@ impl PriorityCutoff {
     /// adding a zero changes no sum of counts, so this is the sum over all 768).
     fn total(&self) -> f64 {
         let mut total = 0.0;
+        if self.floors.is_some() {
+            for (word, &bits) in self.seen.iter().enumerate() {
+                SetBits(bits).for_each(|bit| total += self.count(word * 64 + bit));
+            }
+            return total;
+        }
         for (block, &bits) in self.counts.chunks_exact(64).zip(&self.seen) {
             if bits == u64::MAX {
                 // All seen (traffic over every cohort of a tier): a plain loop is cheaper.
@@ -192,6 +230,28 @@ impl PriorityCutoff {
             0.0
         };
         (self.cut, self.held_cut) = self.find_cuts(total, self.ratio, self.held);
+        self.hold_ranks();
+    }
+
+    /// With [`PriorityCutoff::with_held_ranks`]: gives the ranks the cut newly takes in full
+    /// their floor, and drops the floors their arrivals have met. The callers hold back the
+    /// rank the line is drawn through too (the header names the one before it).
+    fn hold_ranks(&mut self) {
+        let from = self.cutoff_rank().map_or(RANKS, usize::from);
+        let Some((floors, held_from)) = self.floors.as_mut() else {
+            return;
+        };
+        // A floor goes once its rank's arrivals are back to it (or never left: callers that
+        // do not hold back), before the newly held ranks get theirs.
+        for (floor, &count) in floors.iter_mut().zip(self.counts.iter()) {
+            if count >= *floor {
+                *floor = 0.0;
+            }
+        }
+        for rank in from..*held_from {
+            floors[rank] = floors[rank].max(self.counts[rank]);
+        }
+        *held_from = from;
     }
 
     /// The cuts for `ratio` and for `held` (not below it), of counts summing to `total`.
@@ -220,7 +280,7 @@ impl PriorityCutoff {
             };
             let mut above = 0.0;
             let mut visit = |rank: usize| {
-                let count = self.counts[rank];
+                let count = self.count(rank);
                 if count <= 0.0 {
                     return ControlFlow::Continue(());
                 }
@@ -323,11 +383,12 @@ impl PriorityCutoff {
     /// The least important rank still (at least partly) admitted; ranks above it are all
     /// rejected. `None` when nothing is cut off by rank (no shedding, or no history yet).
     pub fn cutoff_rank(&self) -> Option<u16> {
-        match self.cut {
+        let rank = |cut: Cut| match cut {
             Cut::Nothing | Cut::Uniform(_) => None,
             Cut::Everything => Some(0),
             Cut::Rank { rank, .. } => Some(rank),
-        }
+        };
+        rank(self.cut)
     }
 }
 
@@ -662,5 +723,74 @@ mod tests {
         }
         cutoff.update(later, 0.5);
         assert_eq!(cutoff.cutoff_rank(), Some(rank(0, 0)));
+    }
+
+    /// Five seconds of 1,000 arrivals a second over tiers 1-5 into a gate cutting `ratio` of
+    /// its arrivals (a controller settled at its share), its cut updated every 15 ms (after
+    /// five seconds of the same traffic uncut, the first time); with `callers_hold_back`,
+    /// the callers drop before sending every rank from the cut-off rank on (what its header
+    /// tells them). Returns the share of the offered ranks at or past the final cut-off: what
+    /// the callers and the gate together refuse.
+    fn refused_share(cutoff: &mut PriorityCutoff, ratio: f64, callers_hold_back: bool) -> f64 {
+        let mut rng = Rng::seed(21);
+        let mut draw = || {
+            rank(
+                1 + rng.range_inclusive(0, 4) as u32,
+                rng.range_inclusive(0, 127) as u32,
+            )
+        };
+        let warm = cutoff.last_update.is_none();
+        let mut now = cutoff.last_update.unwrap_or(Time::ZERO);
+        for step in 0..(10_000 / 15) {
+            let ratio = if warm && step < 5_000 / 15 {
+                0.0
+            } else {
+                ratio
+            };
+            for _ in 0..15 {
+                let r = draw();
+                let held = callers_hold_back && cutoff.cutoff_rank().is_some_and(|c| r >= c);
+                if !held {
+                    cutoff.record(r);
+                }
+            }
+            now += Nanos::from_millis(15);
+            cutoff.update(now, ratio);
+        }
+        let cut = cutoff.cutoff_rank().expect("cutting");
+        (0..100_000).filter(|_| draw() >= cut).count() as f64 / 100_000.0
+    }
+
+    #[test]
+    fn with_held_ranks_the_line_is_a_level_not_a_ratchet() {
+        // Callers that hold back what the gate cuts: over arrivals alone, each cut is a share
+        // of what still comes, deeper than the last: in five seconds, most of it is refused.
+        let ratchet = refused_share(&mut PriorityCutoff::new(Nanos::from_secs(1)), 0.3, true);
+        assert!(ratchet > 0.7, "{ratchet}");
+        // Counting the held ranks as they were, the line stays at 30% of the traffic.
+        let mut level = PriorityCutoff::new(Nanos::from_secs(1)).with_held_ranks();
+        let share = refused_share(&mut level, 0.3, true);
+        assert!((share - 0.3).abs() < 0.03, "{share}");
+    }
+
+    #[test]
+    fn with_held_ranks_callers_that_hold_back_nothing_get_the_same_line() {
+        let plain = refused_share(&mut PriorityCutoff::new(Nanos::from_secs(1)), 0.3, false);
+        let mut level = PriorityCutoff::new(Nanos::from_secs(1)).with_held_ranks();
+        let held = refused_share(&mut level, 0.3, false);
+        assert!((plain - 0.3).abs() < 0.03, "{plain}");
+        assert!((held - plain).abs() < 0.01, "{held} against {plain}");
+    }
+
+    #[test]
+    fn with_held_ranks_the_level_moves_back_up_as_the_ratio_falls() {
+        let mut cutoff = PriorityCutoff::new(Nanos::from_secs(1)).with_held_ranks();
+        refused_share(&mut cutoff, 0.5, true);
+        let deep = cutoff.cutoff_rank().expect("cutting");
+        // The controller's share falls to 20%: the callers, told the higher line, send the
+        // ranks between again, and the line settles at 20% of the traffic.
+        let share = refused_share(&mut cutoff, 0.2, true);
+        assert!(cutoff.cutoff_rank().expect("cutting") > deep);
+        assert!((share - 0.2).abs() < 0.03, "{share}");
     }
 }

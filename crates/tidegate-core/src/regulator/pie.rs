@@ -73,6 +73,14 @@ pub struct PieConfig {
     /// capacity: 57%), each dip below 50% let tier 5 in again. Default 0.05 (a tier of half
     /// the traffic is readmitted over 10 s).
     pub cut_fall_rate: f64,
+    /// Shedding by priority: this gate's callers hold back the ranks it cuts, because they
+    /// honour the `tidegate-cutoff` header its responses carry (`docs/feedback.md`). The cut
+    /// is then drawn over the traffic as it would arrive without their hold-back, a level
+    /// rather than a share of what still comes ([`PriorityCutoff::with_held_ranks`]);
+    /// otherwise each header is drawn deeper into what the callers still send than the last.
+    /// Default false (for callers that hold back nothing it changes little: a held rank's
+    /// floor goes as soon as its arrivals meet it).
+    pub callers_hold_back: bool,
     /// Seed of the drop draws when shedding at random. Default 0.
     pub seed: u64,
 }
@@ -89,6 +97,7 @@ impl Default for PieConfig {
             min_wait: Nanos::from_millis(5),
             shed_by: ShedBy::Priority,
             cut_fall_rate: 0.05,
+            callers_hold_back: false,
             seed: 0,
         }
     }
@@ -164,7 +173,15 @@ impl Pie {
             last_tick: None,
             last_dequeued: 0,
             rng: Rng::seed(config.seed),
-            cutoff: PriorityCutoff::new(HISTORY_HALF_LIFE).with_fall_rate(config.cut_fall_rate),
+            cutoff: {
+                let cutoff =
+                    PriorityCutoff::new(HISTORY_HALF_LIFE).with_fall_rate(config.cut_fall_rate);
+                if config.callers_hold_back {
+                    cutoff.with_held_ranks()
+                } else {
+                    cutoff
+                }
+            },
         }
     }
 

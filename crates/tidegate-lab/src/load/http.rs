@@ -13,11 +13,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
+use http::header::RETRY_AFTER;
+use http::{HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
+use tidegate_core::Nanos;
+use tidegate_core::outbound::parse_retry_after;
 use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 
@@ -102,6 +105,26 @@ impl Outcome {
 
     fn failed(kind: ErrorKind) -> Outcome {
         Outcome::Failed { kind, status: None }
+    }
+}
+
+/// An attempt's outcome, with what a retry needs to know of the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answer {
+    pub(crate) outcome: Outcome,
+    /// The response's `Retry-After`, in whole seconds.
+    pub(crate) retry_after: Option<Nanos>,
+    /// The response's `tidegate-shed` reason.
+    pub(crate) shed: Option<HeaderValue>,
+}
+
+impl From<Outcome> for Answer {
+    fn from(outcome: Outcome) -> Answer {
+        Answer {
+            outcome,
+            retry_after: None,
+            shed: None,
+        }
     }
 }
 
@@ -198,30 +221,38 @@ impl Pool {
 
     /// Sends `request` and reads the whole response; the connection goes back to the pool
     /// when the exchange completed cleanly.
-    pub(crate) async fn exchange(&self, request: Request<Full<Bytes>>) -> Outcome {
+    pub(crate) async fn exchange(&self, request: Request<Full<Bytes>>) -> Answer {
         let mut conn = match self.checkout().await {
             Ok(conn) => conn,
-            Err(outcome) => return outcome,
+            Err(outcome) => return outcome.into(),
         };
         let response = match conn.sender.send_request(request).await {
             Ok(response) => response,
             Err(e) if e.is_parse() || e.is_parse_status() || e.is_user() => {
-                return Outcome::failed(ErrorKind::Protocol);
+                return Outcome::failed(ErrorKind::Protocol).into();
             }
-            Err(_) => return Outcome::failed(ErrorKind::Closed),
+            Err(_) => return Outcome::failed(ErrorKind::Closed).into(),
         };
-        let by_tidegate = response.headers().contains_key(SHED_HEADER);
-        let outcome = Outcome::of_status(response.status(), by_tidegate);
+        let shed = response.headers().get(SHED_HEADER).cloned();
+        let outcome = Outcome::of_status(response.status(), shed.is_some());
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| parse_retry_after(v.as_bytes()));
         // The body must be read to the end before the connection can carry another request;
         // its bytes are not kept.
         let mut body = response.into_body();
         while let Some(frame) = body.frame().await {
             if frame.is_err() {
-                return Outcome::failed(ErrorKind::Closed);
+                return Outcome::failed(ErrorKind::Closed).into();
             }
         }
         self.put_back(conn);
-        outcome
+        Answer {
+            outcome,
+            retry_after,
+            shed,
+        }
     }
 }
 

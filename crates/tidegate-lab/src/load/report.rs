@@ -93,6 +93,8 @@ pub(crate) struct Recorder {
     ok_answered: Vec<u64>,
     statuses: BTreeMap<u16, u64>,
     errors: BTreeMap<ErrorKind, u64>,
+    /// Attempts beyond each request's first.
+    retries: u64,
 }
 
 /// Totals for the live progress line.
@@ -121,6 +123,7 @@ impl Recorder {
             ok_answered: Vec::new(),
             statuses: BTreeMap::new(),
             errors: BTreeMap::new(),
+            retries: 0,
         })
     }
 
@@ -183,6 +186,11 @@ impl Recorder {
             }
             Outcome::TimedOut => sec.timed_out += 1,
         }
+    }
+
+    /// A request that ended took `retries` attempts beyond its first.
+    pub(crate) fn retried(&mut self, retries: u32) {
+        self.retries += u64::from(retries);
     }
 
     pub(crate) fn finished(&self) -> Finished {
@@ -354,6 +362,9 @@ pub struct Report {
     pub dispatch_lag_ms: Latency,
     /// Connections the generator opened (each request in flight holds one).
     pub connections_opened: u64,
+    /// Attempts beyond each request's first (`LoadConfig::retry`): the sent requests plus
+    /// these are the attempts the service saw.
+    pub retries: u64,
 }
 
 impl Report {
@@ -434,6 +445,7 @@ impl Report {
             errors: recorder.errors,
             dispatch_lag_ms: Latency::of(&dispatched.lag),
             connections_opened,
+            retries: recorder.retries,
         }
     }
 
@@ -601,6 +613,15 @@ impl fmt::Display for Report {
                 f,
                 "shed: {} ({} with the tidegate-shed header)",
                 self.total.shed, self.total.shed_by_tidegate
+            )?;
+        }
+        if self.retries > 0 {
+            let sent = self.total.sent.max(1) as f64;
+            writeln!(
+                f,
+                "retries: {} ({:.2} attempts per request sent)",
+                self.retries,
+                (sent + self.retries as f64) / sent
             )?;
         }
         Ok(())

@@ -246,9 +246,13 @@ impl<'a> Engine<'a> {
                 config: config.clone(),
                 proxies: (0..config.proxies.get())
                     .map(|p| Proxy {
-                        gate: gate
-                            .as_ref()
-                            .map(|g| config.gate.as_ref().unwrap_or(g).build()),
+                        gate: gate.as_ref().map(|g| {
+                            let mut g = config.gate.as_ref().unwrap_or(g).clone();
+                            // With feedback, every hop but the first has callers that hold
+                            // back what its gates cut; the first's are the clients.
+                            g.regulator.pie.callers_hold_back |= arm.feedback && h > 0;
+                            g.build()
+                        }),
                         tickets: HashMap::new(),
                         tick_at: Time::MAX,
                         feedback: Feedback::default(),

@@ -101,3 +101,29 @@ fn every_request_ends_and_the_gates_hold_the_chain_up() {
     let offered: u64 = gated.seconds.iter().map(|s| s.offered).sum();
     assert!((5_000..5_800).contains(&offered), "{offered}");
 }
+
+/// `SMALL` where only the last hop's gates see the overload: the first hop's have a fixed
+/// limit above anything it is sent (`scenarios/fleet/chain-fixed-edge.toml`, shortened).
+fn fixed_edge() -> FleetScenario {
+    let doc = SMALL.replacen(
+        "calls = 2\n",
+        "calls = 2\nmode = \"sequential\"\ngate = { limit = { algorithm = \"fixed\", fixed = { limit = 1000 } }, queue = { wait_bound = inf } }\n",
+        1,
+    ) + "[[arms]]\nname = \"no feedback\"\nfeedback = false\nqueue = { wait_bound = inf }\nretry = { mode = \"retry_after\", budget = true }\n";
+    let scenario: FleetScenario = toml::from_str(&doc).expect("valid");
+    scenario.validate().expect("consistent");
+    scenario
+}
+
+#[test]
+fn with_only_the_last_hop_cutting_feedback_keeps_the_waste_small() {
+    // The last hop's cut-off is a level its callers hold back, and callers hold the deepest
+    // of its gates' cut-offs: the first hop drops before any work what the last refuses.
+    let scenario = fixed_edge();
+    let feedback = run(&scenario, &scenario.arms[0], 1);
+    let blind = run(&scenario, &scenario.arms[2], 1);
+    let wasted = |r: &ArmResult| r.wasted_share().unwrap_or(1.0);
+    assert!(wasted(&blind) > 0.3, "{blind:?}");
+    assert!(wasted(&feedback) < 0.08, "{feedback:?}");
+    assert!(feedback.goodput_share() > 0.85, "{feedback:?}");
+}

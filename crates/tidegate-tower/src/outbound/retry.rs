@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, Request, Response};
 use tidegate_core::Nanos;
-use tidegate_core::outbound::{RetryBudget, RetryBudgetConfig, RetryPolicy};
+use tidegate_core::outbound::{RetryBudget, RetryBudgetConfig, RetryPolicy, parse_retry_after};
 use tidegate_core::rng::Rng;
 use tower::util::ServiceExt as _;
 use tower::{BoxError, Layer, Service};
@@ -92,14 +92,7 @@ impl<R> Future for RetryFuture<R> {
 
 /// `Retry-After` in whole seconds (its HTTP-date form is not used by gates, and ignored).
 fn retry_after(headers: &HeaderMap) -> Option<Nanos> {
-    let seconds: u64 = headers
-        .get(RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Nanos::from_secs(seconds))
+    parse_retry_after(headers.get(RETRY_AFTER)?.as_bytes())
 }
 
 impl<S, B, ResB> Service<Request<B>> for Retrying<S>
