@@ -493,7 +493,13 @@ impl<'a> Run<'a> {
                 }
             }
             Front::Gates(gates) => {
-                match gates[i].arrive(now, priority) {
+                let arrival = gates[i].arrive(now, priority);
+                // An arrival that displaced a less important queued request may take its
+                // slot: the displaced one's refusal is delivered while the slot still names
+                // it (recorded first, the refusal found the new request there, and the
+                // displaced one waited for its caller's timeout).
+                self.drain(i);
+                match arrival {
                     Arrival::Admitted(permit) => self.send(idx, Some(permit)),
                     Arrival::Queued(ticket) => {
                         self.attempts[idx as usize].ticket = Some(ticket);

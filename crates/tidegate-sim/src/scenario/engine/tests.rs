@@ -263,3 +263,23 @@ fn a_seconds_quantiles_are_those_of_the_sorted_latencies() {
     }
     assert_eq!(median_and_p99_ms(&mut []), (None, None));
 }
+
+#[test]
+fn a_request_displaced_from_the_queue_is_refused_at_once() {
+    // Two workers of 100 ms, a fixed limit of 2 and a queue of 3 that waits at most
+    // 300 ms, under 60 rps in two tiers: tier 1's arrivals displace queued tier-2 requests.
+    // Nobody can wait for the client's 1 s (300 ms in the queue, 100 ms of work): a
+    // displaced request is refused when it is displaced, not left to its caller's timeout.
+    let doc = POOL
+        .replace("rate = 10", "rate = 60\ntiers = [{ tier = 1, weight = 1 }, { tier = 2, weight = 1 }]")
+        .replace(
+            "[[arms]]\nname = \"tidegate default\"",
+            "[[arms]]\nname = \"fixed\"\nlimit = { algorithm = \"fixed\", fixed = { limit = 2 } }\n\
+             regulator = { algorithm = \"off\" }\nqueue = { capacity = 3, timeout = \"300ms\", wait_bound = inf }",
+        );
+    let s = scenario(&doc);
+    let run = run_arm(&s, &s.arms[1], None);
+    let f = &run.whole.figures;
+    assert!(f.shed_ratio > 0.3, "{f:?}");
+    assert_eq!(f.timeout_ratio, 0.0, "{f:?}");
+}
