@@ -199,7 +199,8 @@ pub struct Lease {
     pub expires: Time,
 }
 
-/// Outcome counts for one tier. See [`Counters::check`] for how they reconcile.
+/// Outcome counts for one tier. Every arrival ends in exactly one of them, so `arrived` is
+/// [`TierCounters::ended`] plus the requests still queued or in flight.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TierCounters {
     pub arrived: u64,
