@@ -21,7 +21,7 @@
 //!   says, for runs without a proxy.
 //!
 //! With `call`, each request calls the next hop of a chain once its own work is done
-//! ([`call`]), and is answered 200 only if that call was: a chain of proxies and origins on
+//! (`call`), and is answered 200 only if that call was: a chain of proxies and origins on
 //! loopback.
 //!
 //! `GET /metrics` on any listener ([`METRICS_PATH`]) gives the origin's own counters; every

@@ -225,7 +225,7 @@ impl Default for PriorityConfig {
     }
 }
 
-/// The trust boundary ([`crate::trust`]): the clients whose priority and caller-key headers
+/// The trust boundary (`crate::trust`): the clients whose priority and caller-key headers
 /// are honoured and whose `X-Forwarded-For` is kept.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -93,7 +93,7 @@ pub struct ConnectionsConfig {
     /// connection.
     pub http2_max_local_error_reset_streams: usize,
     /// Past `max`: `close` accepts a new connection and closes it at once; `wait` accepts
-    /// none until one closes, and they wait in the kernel's backlog ([`crate::accept`]).
+    /// none until one closes, and they wait in the kernel's backlog (`crate::accept`).
     pub at_max: AtMax,
     /// The listener's accept backlog: connections the kernel holds for the proxy to accept.
     /// Past it the kernel drops new handshakes (the clients retry).

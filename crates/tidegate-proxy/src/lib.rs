@@ -6,8 +6,8 @@
 //! core's algorithms) -> forward over a pooled keep-alive client -> hold the permit until the
 //! response's last byte (a stream's, until its headers) -> feed the limit how it went. Turned
 //! away: 503 (or 429) with `Retry-After` and `tidegate-shed: REASON`, at once or after at most
-//! the queue timeout (a gRPC request: gRPC's own RESOURCE_EXHAUSTED or UNAVAILABLE, [`grpc`]).
-//! Either side may speak TLS ([`tls`]).
+//! the queue timeout (a gRPC request: gRPC's own RESOURCE_EXHAUSTED or UNAVAILABLE, `grpc`).
+//! Either side may speak TLS (`tls`).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), tidegate_proxy::Error> {
