@@ -96,6 +96,8 @@ struct WindowRtt {
 #[derive(Clone, Copy, Debug)]
 struct Baseline {
     value: f64,
+    /// The variance of the estimate that set `value`.
+    variance: f64,
     /// Windows seen since it was set.
     windows: u32,
     clear: bool,
@@ -105,25 +107,49 @@ impl Baseline {
     fn anchored(srtt: f64, variance: f64) -> Baseline {
         let mut base = Baseline {
             value: f64::INFINITY,
+            variance: f64::INFINITY,
             windows: 0,
             clear: false,
         };
-        base.observe(srtt, variance);
+        base.observe(srtt, variance, 0.0);
         base
     }
 
     /// The `n`-th window offers `srtt` plus `sqrt(2 ln n)` standard errors (the first,
-    /// alone, is no minimum: its own).
-    fn observe(&mut self, srtt: f64, variance: f64) {
+    /// alone, is no minimum: its own). A baseline measured less precisely than `needed`
+    /// (a standard deviation: the precision the latency rule now asks of a window) is
+    /// replaced, even upwards, by the offer of a more precise `srtt` of the same level
+    /// (within [`SAME_LEVEL`] standard errors of their difference; the offer, like any
+    /// other, so that the windows after it compare with it as with a minimum; the bare
+    /// `srtt` left the family's mean goodput where it was): anchored early, on a window
+    /// measured for a small limit's wide tolerance, it is otherwise kept as if exact, and at
+    /// large limits the tolerance is smaller than its error (an exponential service anchored
+    /// during slow start 5% under its mean, on a window of 381 answers, read that error as a
+    /// queue at 260 and never grew back to its knee of 500 after a capacity that halved had
+    /// recovered). Only where it is too coarse: a baseline replaced whenever a window was
+    /// within the noise of it crept up over queues of 10-15% at a knee of 30.
+    fn observe(&mut self, srtt: f64, variance: f64, needed: f64) {
         self.windows = self.windows.saturating_add(1);
         let shortfall = (2.0 * f64::from(self.windows).ln()).sqrt();
         let offered = srtt + shortfall * variance.sqrt();
         if offered < self.value * 0.95 {
             self.clear = false;
         }
-        self.value = self.value.min(offered);
+        let difference = srtt - self.value;
+        let refined = self.value.is_finite()
+            && self.variance > needed * needed
+            && variance < self.variance
+            && difference * difference <= SAME_LEVEL * SAME_LEVEL * (variance + self.variance);
+        if refined || offered < self.value {
+            self.value = offered;
+            self.variance = variance;
+        }
     }
 }
+
+/// Standard errors of their difference within which a window's smoothed rtt measures the
+/// same level as the baseline (see [`Baseline::observe`]).
+const SAME_LEVEL: f64 = 2.0;
 
 /// The least-served recent window whose rate the demand set (the limit was never reached):
 /// if a window within [`RING`] windows after it served a third more (`1 / probe_factor`),
@@ -686,8 +712,9 @@ impl Autotune {
             // not anchor the baseline. (Not seeding the smoothing either, an unbiased
             // baseline, moved Kanaloa's limit from 25 to 30 with the file's seed, p99 264 ms
             // against the 250 of its target: the tolerance at 20 is wide enough there.)
+            let tol = self.tolerance();
             match &mut self.base {
-                Some(base) => base.observe(srtt, var),
+                Some(base) => base.observe(srtt, var, tol * base.value / WINDOW_PRECISION),
                 None if !censored => {
                     // Seeded by a censored first window, `srtt` is still half that
                     // window's short answers: the first baseline is the larger of it and
@@ -1383,15 +1410,17 @@ mod tests {
         // on a baseline measured under load, throughput does not follow (elasticity < 0.2), a
         // reset halves it and re-learns the baseline; probes finish the descent. The first
         // window (answers of 1.6 s in 1.6 s) is not measured, and slow start's one doubling
-        // is tried and shrunk back for the latency it added: under 50 by 20 s (under 45 by
+        // is tried and shrunk back for the latency it added: under 50 by 21 s (under 45 by
         // 14 s while the first baseline was pulled down by the first window's short
-        // answers, by 10 s before slow start).
+        // answers, by 10 s before slow start; the baseline anchored at 7 s on a window
+        // measured to 2% is refined upwards once, which delays the descent by a fraction
+        // of a second).
         let mut a = Autotune::new(&config(200));
         let trace = run(&mut a, &Service::kanaloa(), Load::Saturating, secs(180));
         assert!(
-            trace.limit_at(secs(20)) < 50,
+            trace.limit_at(secs(21)) < 50,
             "{}",
-            trace.limit_at(secs(20))
+            trace.limit_at(secs(21))
         );
         // Its doubling (to 400) is shrunk back by the latency it adds.
         assert!(trace.limit_at(secs(8)) < 250, "{}", trace.limit_at(secs(8)));
@@ -2108,6 +2137,29 @@ mod tests {
         // A ring is 10 measured windows, and a probe adds 2: 2, 4, 8 and 16 rings.
         let gaps: Vec<u64> = probes.windows(2).map(|p| p[1] - p[0]).collect();
         assert_eq!(gaps, [22, 42, 82, 162], "probes at {probes:?}");
+    }
+
+    #[test]
+    fn a_coarse_baseline_is_refined_by_a_precise_window_of_its_level() {
+        // Anchored during slow start on a window of a few hundred answers of an exponential
+        // 100 ms service: 95 ms, to 5.3 ms. At a limit of 260 the tolerance (9.3%) asks a
+        // window for 1.5 ms.
+        let needed = 0.0015;
+        let mut base = Baseline::anchored(0.095, 0.0053f64.powi(2));
+        base.observe(0.1015, 0.0016f64.powi(2), needed);
+        assert!(base.value > 0.1, "refined upwards: {}", base.value);
+        assert!(base.variance < 0.0053f64.powi(2));
+        // Beyond the noise of the two, the window holds a queue: the baseline stays.
+        let mut queued = Baseline::anchored(0.095, 0.0053f64.powi(2));
+        queued.observe(0.115, 0.0016f64.powi(2), needed);
+        assert!((queued.value - 0.095).abs() < 1e-12, "{}", queued.value);
+        // Nor is a baseline as precise as the tolerance asks moved up by noise.
+        let mut precise = Baseline::anchored(0.095, 0.001f64.powi(2));
+        precise.observe(0.0965, 0.0005f64.powi(2), needed);
+        assert!((precise.value - 0.095).abs() < 1e-12, "{}", precise.value);
+        // A lower offer is a new minimum, as before.
+        precise.observe(0.090, 0.0005f64.powi(2), needed);
+        assert!(precise.value < 0.095);
     }
 
     #[test]
