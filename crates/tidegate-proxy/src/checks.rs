@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer};
 use tidegate_core::Nanos;
 
 use crate::config::UpstreamConfig;
-use crate::upstream::Target;
+use crate::target::Target;
 
 /// The most worker threads: beyond it the runtime would fail to start them (the process
 /// aborted at 100,000) long before they could help on any machine.

@@ -350,7 +350,7 @@ impl Config {
             return Err(Error::NoUpstream);
         }
         for upstream in &self.upstreams {
-            crate::upstream::Target::parse(&upstream.url)?;
+            crate::target::Target::parse(&upstream.url)?;
         }
         crate::tls::check(&self.tls, crate::tls::any_https(&self.upstreams))?;
         if let Some(reason) = checks::duplicate_upstream(&self.upstreams) {

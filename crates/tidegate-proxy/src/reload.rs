@@ -36,7 +36,8 @@ use crate::dry_run::{self, Mode};
 use crate::error::Error;
 use crate::handler::Shared;
 use crate::server::Proxy;
-use crate::upstream::{Target, Upstream, Upstreams};
+use crate::target::Target;
+use crate::upstream::{Upstream, Upstreams};
 
 /// Where a reload reads the new configuration: a file, with the command line's overrides.
 type Source = Box<dyn Fn() -> Result<Config, Error> + Send + Sync>;

@@ -43,7 +43,7 @@ use tokio::sync::watch;
 
 use crate::config::UpstreamConfig;
 use crate::error::Error;
-use crate::upstream::Target;
+use crate::target::Target;
 
 /// TLS for the listener and for `https://` upstreams (`[tls]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
