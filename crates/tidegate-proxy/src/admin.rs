@@ -109,7 +109,7 @@ fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<B
             );
             response
         }
-        "/dashboard/data" => match dashboard::data(shared, request.uri().query()) {
+        "/dashboard/data" => match dashboard::data(&**shared, request.uri().query()) {
             Ok(body) => {
                 let mut response = text(StatusCode::OK, body);
                 let headers = response.headers_mut();

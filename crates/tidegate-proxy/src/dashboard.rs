@@ -26,8 +26,18 @@ use tokio::sync::watch;
 
 use crate::config::{DashboardConfig, duration};
 use crate::dry_run::Reason;
-use crate::handler::Shared;
 use crate::stream::End;
+use crate::upstream::Upstreams;
+
+/// What the dashboard reads of the proxy: its own state, the upstreams as they are now (a
+/// reload swaps them), and the proxy's clock. The request handlers' shared state provides
+/// it; the dashboard knows nothing else of them.
+pub(crate) trait Source: Send + Sync + 'static {
+    fn dashboard(&self) -> &Dashboard;
+    fn upstreams(&self) -> Arc<Upstreams>;
+    /// Nanoseconds since the proxy started.
+    fn now(&self) -> u64;
+}
 
 /// The page, served as is: HTML, CSS and JavaScript in one file, charts drawn on canvases.
 pub(crate) const PAGE: &str = include_str!("dashboard.html");
@@ -283,15 +293,15 @@ impl Dashboard {
 }
 
 /// Answers `/dashboard/data?since=SEQ`, or names what is wrong with the query.
-pub(crate) fn data(shared: &Shared, query: Option<&str>) -> Result<String, String> {
+pub(crate) fn data(source: &impl Source, query: Option<&str>) -> Result<String, String> {
     let started = Instant::now();
     let since = parse_since(query)?;
-    let dashboard = &shared.dashboard;
+    let dashboard = source.dashboard();
     let (latest, capacity, points) = {
         let history = dashboard.history();
         (history.latest(), history.capacity, history.since(since))
     };
-    let upstreams = shared.upstreams.load();
+    let upstreams = source.upstreams();
     let gates: Vec<&str> = upstreams.gates().map(|g| g.name.as_str()).collect();
     let answer = serde_json::json!({
         "instance": dashboard.instance,
@@ -340,11 +350,12 @@ struct Reading {
 }
 
 impl Reading {
-    fn take(shared: &Shared) -> Reading {
+    fn take(source: &impl Source) -> Reading {
+        let upstreams = source.upstreams();
         let mut tiers = [TierCounters::default(); TIERS as usize];
         let mut gates = Vec::new();
         let mut would_shed = [[0; Reason::ALL.len()]; TIERS as usize];
-        for slot in shared.upstreams.load().gates() {
+        for slot in upstreams.gates() {
             for (tier, counts) in would_shed.iter_mut().enumerate() {
                 for (count, reason) in counts.iter_mut().zip(Reason::ALL) {
                     *count += slot.would_shed.get(tier, reason);
@@ -368,22 +379,22 @@ impl Reading {
         let mut streams_open = 0;
         let mut streams_ended = 0;
         let mut streams_refused = 0;
-        for upstream in shared.upstreams.load().list.iter() {
+        for upstream in upstreams.list.iter() {
             let streams = &upstream.streams;
             streams_open += streams.open();
             streams_ended += streams.ended_in_all();
             streams_refused += streams.ended(End::Refused);
         }
         Reading {
-            at: shared.now(),
+            at: source.now(),
             tiers,
             would_shed,
             gates,
             streams_open,
             streams_ended,
             streams_refused,
-            e2e: shared.dashboard.e2e.read(),
-            upstream: shared.dashboard.upstream.read(),
+            e2e: source.dashboard().e2e.read(),
+            upstream: source.dashboard().upstream.read(),
         }
     }
 
@@ -465,20 +476,20 @@ fn store_elapsed(nanos: &AtomicU64, since: Instant) {
 }
 
 /// Samples every interval until the admin listener stops.
-pub(crate) async fn sample(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let dashboard = &shared.dashboard;
+pub(crate) async fn sample(source: Arc<impl Source>, mut stop: watch::Receiver<bool>) {
+    let dashboard = source.dashboard();
     let mut ticks = tokio::time::interval(dashboard.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is at once: the reading the first point is measured from.
     ticks.tick().await;
-    let mut before = Reading::take(&shared);
+    let mut before = Reading::take(&*source);
     loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break,
             _ = ticks.tick() => {}
         }
         let started = Instant::now();
-        let now = Reading::take(&shared);
+        let now = Reading::take(&*source);
         let point = now.point_since(&before);
         before = now;
         dashboard.history().push(point);

@@ -40,7 +40,7 @@ use tokio::sync::watch;
 
 use crate::classify::Classifier;
 use crate::config::OnClientGone;
-use crate::dashboard::Dashboard;
+use crate::dashboard::{self, Dashboard};
 use crate::dry_run;
 use crate::forward::{self, Forwarding};
 use crate::grpc;
@@ -132,6 +132,20 @@ impl Shared {
     pub(crate) fn now(&self) -> u64 {
         let elapsed = self.clock.now().saturating_duration_since(self.epoch);
         u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+impl dashboard::Source for Shared {
+    fn dashboard(&self) -> &Dashboard {
+        &self.dashboard
+    }
+
+    fn upstreams(&self) -> Arc<Upstreams> {
+        self.upstreams.load_full()
+    }
+
+    fn now(&self) -> u64 {
+        Shared::now(self)
     }
 }
 
