@@ -47,7 +47,7 @@ mod page;
 mod tests;
 
 pub use engine::run;
-pub use metrics::{ArmResult, Second};
+pub use metrics::{ArmResult, ByRefusal, Refusal, Second};
 pub use page::{charts, markdown, table};
 
 use std::path::Path;

@@ -7,7 +7,8 @@
 use std::path::Path;
 
 use tidegate_core::Nanos;
-use tidegate_sim::fleet::{self, ArmResult, FleetScenario};
+use tidegate_core::gate::RejectReason;
+use tidegate_sim::fleet::{self, ArmResult, FleetScenario, Refusal};
 
 fn arm(scenario: &FleetScenario, name: &str) -> ArmResult {
     let arm = scenario
@@ -58,6 +59,28 @@ fn the_chain_scenario_shortened() {
         "tiers 0-1 first: {tidegate:?}"
     );
     assert!(open.goodput_share() < 0.1, "{open:?}");
+
+    // What the edge proxies disagree on is the line each one's regulator draws, not its
+    // queue's expiries (docs/experiments/README.md, "What the disagreement is made of").
+    let why = |r: &ArmResult, refusal: Refusal| r.disagreed_by[refusal.index()];
+    let regulator = Refusal::Rejected(RejectReason::Regulator);
+    for r in [&tidegate, &unsalted] {
+        assert_accounted(r);
+        assert!(
+            why(r, regulator) > 5 * why(r, Refusal::Expired),
+            "{:?}",
+            r.disagreed_by
+        );
+    }
+}
+
+/// Every user shed somewhere and not everywhere is shed for at least one reason, and every
+/// wasted chain failed at one hop for one reason.
+fn assert_accounted(r: &ArmResult) {
+    let disagreed: u64 = r.disagreed_by.iter().sum();
+    assert!(disagreed >= r.agree.1 - r.agree.0, "{r:?}");
+    let wasted: u64 = r.wasted_by.iter().flatten().sum();
+    assert_eq!(wasted, r.wasted, "{r:?}");
 }
 
 /// When only the last hop's gate sees the overload (`chain-fixed-edge.toml`), its cut-off
@@ -74,4 +97,16 @@ fn the_feedback_header_saves_the_work_of_a_chain() {
         without.wasted_share().is_some_and(|w| w > 0.6),
         "{without:?}"
     );
+    // With it, most of the work still wasted is dropped by A's instances before their call
+    // to B, on a hint deeper than the one A's proxy admitted the request under; without it,
+    // C's gates refuse what A admitted.
+    for r in [&with, &without] {
+        assert_accounted(r);
+    }
+    let b = &with.wasted_by[1];
+    let withheld_at_b = b[Refusal::Withheld.index()];
+    assert!(2 * withheld_at_b > with.wasted, "{:?}", with.wasted_by);
+    let c = &without.wasted_by[2];
+    let refused_at_c = c[Refusal::Rejected(RejectReason::Regulator).index()];
+    assert!(2 * refused_at_c > without.wasted, "{:?}", without.wasted_by);
 }

@@ -21,7 +21,7 @@ use tidegate_core::rng::{Rng, splitmix64};
 use tidegate_core::{Nanos, Priority, Time};
 use tidegate_model::fleet::{Balancer, CallMode, HopConfig, RetryMode, Upstreams};
 
-use super::metrics::{AgreementTracker, ArmResult, Second};
+use super::metrics::{AgreementSecond, AgreementTracker, ArmResult, Refusal, Second};
 use super::{FleetArm, FleetScenario};
 
 /// How long a gate's cut-off holds on its callers (`tidegate_tower::feedback::DEFAULT_TTL`).
@@ -106,6 +106,13 @@ struct Attempt {
     timed_out: bool,
 }
 
+/// Where a chain failed first, and why.
+#[derive(Clone, Copy, Debug)]
+struct Failure {
+    hop: u16,
+    why: Refusal,
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Parent {
     Attempt(Id),
@@ -131,7 +138,8 @@ struct Call {
     measured_edge: bool,
     issued: u32,
     pending: u32,
-    failed: bool,
+    /// The first of its calls to the next hop that failed.
+    failure: Option<Failure>,
 }
 
 #[derive(Debug)]
@@ -308,6 +316,7 @@ impl<'a> Engine<'a> {
             result: ArmResult {
                 name: arm.name.clone(),
                 shed: vec![0; scenario.hops.len()],
+                wasted_by: vec![Default::default(); scenario.hops.len()],
                 window_secs: window,
                 bottleneck: scenario.bottleneck(),
                 ..ArmResult::default()
@@ -499,7 +508,7 @@ impl<'a> Engine<'a> {
             measured_edge: false,
             issued: 0,
             pending: 0,
-            failed: false,
+            failure: None,
         });
         self.schedule(self.now + network, Event::AtProxy(call));
     }
@@ -518,7 +527,7 @@ impl<'a> Engine<'a> {
         self.calls[call].priority = priority;
         if self.arm.feedback && p.feedback.refuses(now, priority) {
             self.result.hint_cuts += 1;
-            self.refuse(call);
+            self.refuse(call, Refusal::Hint);
             return;
         }
         match p.gate.as_mut().map(|gate| gate.arrive(now, priority)) {
@@ -530,7 +539,7 @@ impl<'a> Engine<'a> {
             Some(Arrival::Queued(ticket)) => {
                 p.tickets.insert(ticket, call);
             }
-            Some(Arrival::Rejected(_)) => self.refuse(call),
+            Some(Arrival::Rejected(reason)) => self.refuse(call, Refusal::Rejected(reason)),
         }
         self.drain(hop, proxy);
     }
@@ -549,9 +558,14 @@ impl<'a> Engine<'a> {
                         self.dispatch(call);
                     }
                 }
-                GateEvent::Expired { ticket } | GateEvent::Rejected { ticket, .. } => {
+                GateEvent::Expired { ticket } => {
                     if let Some(call) = p.tickets.remove(&ticket) {
-                        self.refuse(call);
+                        self.refuse(call, Refusal::Expired);
+                    }
+                }
+                GateEvent::Rejected { ticket, reason } => {
+                    if let Some(call) = p.tickets.remove(&ticket) {
+                        self.refuse(call, Refusal::Rejected(reason));
                     }
                 }
             }
@@ -579,35 +593,37 @@ impl<'a> Engine<'a> {
         self.drain(hop, proxy);
     }
 
-    /// Records an edge proxy's decision about a user, for the agreement.
-    fn edge_decision(&mut self, call: Id, shed: bool) {
+    /// Records an edge proxy's decision about a user, for the agreement: admitted (`shed`
+    /// is `None`) or shed, and why.
+    fn edge_decision(&mut self, call: Id, shed: Option<Refusal>) {
         let c = &self.calls[call];
         if c.hop != 0 || !self.arm.gate {
             return;
         }
         let (user, proxy) = (c.user, c.proxy);
-        if let Some((second, everywhere, somewhere)) =
-            self.agreement.record(self.now, user, proxy, shed)
-        {
-            self.close_second(second, everywhere, somewhere);
+        if let Some(closed) = self.agreement.record(self.now, user, proxy, shed) {
+            self.close_second(closed);
         }
     }
 
-    fn close_second(&mut self, second: u64, everywhere: u64, somewhere: u64) {
-        let at = Time::ZERO + Nanos::from_secs(second);
-        let t = at - Time::ZERO;
+    fn close_second(&mut self, closed: AgreementSecond) {
+        let t = Nanos::from_secs(closed.second);
         if t >= self.scenario.measure_from && t < self.scenario.duration {
-            self.result.agree.0 += everywhere;
-            self.result.agree.1 += somewhere;
+            self.result.agree.0 += closed.everywhere;
+            self.result.agree.1 += closed.somewhere;
+            for (sum, count) in self.result.disagreed_by.iter_mut().zip(closed.disagreed_by) {
+                *sum += count;
+            }
         }
-        if let Some(s) = self.result.seconds.get_mut(second as usize) {
-            s.agreement = (somewhere > 0).then(|| everywhere as f64 / somewhere as f64);
+        if let Some(s) = self.result.seconds.get_mut(closed.second as usize) {
+            s.agreement =
+                (closed.somewhere > 0).then(|| closed.everywhere as f64 / closed.somewhere as f64);
         }
     }
 
     /// The proxy sends an admitted call to one of the hop's instances.
     fn dispatch(&mut self, call: Id) {
-        self.edge_decision(call, false);
+        self.edge_decision(call, None);
         let measured = self.in_window();
         let c = &mut self.calls[call];
         c.admitted = true;
@@ -646,7 +662,7 @@ impl<'a> Engine<'a> {
         }
         let h = &self.hops[hop];
         match (h.config.calls, h.config.mode) {
-            (0, _) => self.finish(call, true),
+            (0, _) => self.finish(call, None),
             (_, CallMode::Sequential) => self.issue(call),
             (k, CallMode::Parallel) => {
                 for _ in 0..k {
@@ -670,20 +686,26 @@ impl<'a> Engine<'a> {
             // The caller's outbound layer drops it: the next hop would refuse it.
             self.result.hint_cuts += 1;
             self.result.shed[usize::from(hop) + 1] += 1;
-            self.child_done(parent, false, None);
+            let failure = Failure {
+                hop: hop + 1,
+                why: Refusal::Withheld,
+            };
+            self.child_done(parent, Some(failure), None);
             return;
         }
         self.call(hop + 1, Parent::Call(parent), carried, user, tier);
     }
 
-    /// A call to the next hop came back to `parent`, with the callee's cut-off if it said one.
-    fn child_done(&mut self, parent: Id, ok: bool, cutoff: Option<CutoffHeader>) {
+    /// A call to the next hop came back to `parent`, answered or failed, with the callee's
+    /// cut-off if it said one.
+    fn child_done(&mut self, parent: Id, failure: Option<Failure>, cutoff: Option<CutoffHeader>) {
         let now = self.now;
         let c = &mut self.calls[parent];
         c.pending -= 1;
-        c.failed |= !ok;
-        let (hop, instance, issued, pending, failed) =
-            (c.hop, c.instance, c.issued, c.pending, c.failed);
+        c.failure = c.failure.or(failure);
+        let (hop, instance, issued, pending, failure) =
+            (c.hop, c.instance, c.issued, c.pending, c.failure);
+        let failed = failure.is_some();
         let h = &mut self.hops[usize::from(hop)];
         if let Some(cutoff) = cutoff {
             h.instances[instance as usize].feedback.take(now, cutoff);
@@ -692,12 +714,13 @@ impl<'a> Engine<'a> {
         if more {
             self.issue(parent);
         } else if pending == 0 {
-            self.finish(parent, !failed);
+            self.finish(parent, failure);
         }
     }
 
-    /// The instance answers a call it served.
-    fn finish(&mut self, call: Id, ok: bool) {
+    /// The instance answers a call it served: ok, or failed where its chain did.
+    fn finish(&mut self, call: Id, failure: Option<Failure>) {
+        let ok = failure.is_none();
         let now = self.now;
         let c = &self.calls[call];
         let (hop, proxy, instance) = (usize::from(c.hop), c.proxy as usize, c.instance as usize);
@@ -727,25 +750,29 @@ impl<'a> Engine<'a> {
                 gate.complete(now, permit, outcome);
             }
         }
-        if self.calls[call].measured_edge && !ok {
+        if self.calls[call].measured_edge
+            && let Some(failure) = failure
+        {
             self.result.wasted += 1;
+            self.result.wasted_by[usize::from(failure.hop)][failure.why.index()] += 1;
             self.second().wasted += 1;
         }
-        self.respond(call, ok, false);
+        self.respond(call, failure, false);
         self.drain(hop as u16, proxy as u32);
     }
 
     /// The proxy turns a call away (its gate, or a hint it holds).
-    fn refuse(&mut self, call: Id) {
-        self.edge_decision(call, true);
-        let hop = usize::from(self.calls[call].hop);
-        self.result.shed[hop] += 1;
-        self.respond(call, false, true);
+    fn refuse(&mut self, call: Id, why: Refusal) {
+        self.edge_decision(call, Some(why));
+        let hop = self.calls[call].hop;
+        self.result.shed[usize::from(hop)] += 1;
+        self.respond(call, Some(Failure { hop, why }), true);
     }
 
     /// The proxy's answer goes back to the caller, with the proxy's cut-off: the deeper of
-    /// its gate's and the one its instances report for the hops behind it.
-    fn respond(&mut self, call: Id, ok: bool, refused: bool) {
+    /// its gate's and the one its instances report for the hops behind it. `refused`: the
+    /// proxy turned the call away itself.
+    fn respond(&mut self, call: Id, failure: Option<Failure>, refused: bool) {
         let now = self.now;
         let c = &self.calls[call];
         let (hop, proxy, parent) = (usize::from(c.hop), c.proxy as usize, c.parent);
@@ -769,14 +796,14 @@ impl<'a> Engine<'a> {
         };
         self.calls.remove(call);
         match parent {
-            Parent::Attempt(attempt) => self.answered(attempt, ok, refused),
-            Parent::Call(parent) => self.child_done(parent, ok, cutoff),
+            Parent::Attempt(attempt) => self.answered(attempt, failure.is_none(), refused),
+            Parent::Call(parent) => self.child_done(parent, failure, cutoff),
         }
     }
 
     fn into_result(mut self) -> ArmResult {
-        let (second, everywhere, somewhere) = self.agreement.close();
-        self.close_second(second, everywhere, somewhere);
+        let closed = self.agreement.close();
+        self.close_second(closed);
         self.result.reasons = self
             .hops
             .iter()

@@ -4,6 +4,58 @@
 use std::collections::HashMap;
 
 use tidegate_core::Time;
+use tidegate_core::gate::RejectReason;
+
+/// Why a call was turned away: by its caller, by the hop's proxy on a hint, or by the
+/// hop's gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The caller's outbound layer held it back on the callee's cut-off hint.
+    Withheld,
+    /// The hop's proxy refused it on the cut-off hint it holds for the hops behind it.
+    Hint,
+    /// The gate turned it away, at arrival or from its queue (a regulator's cut, a full
+    /// queue or a displacement, no lease).
+    Rejected(RejectReason),
+    /// It waited in the gate's queue past the queue's timeout.
+    Expired,
+}
+
+impl Refusal {
+    /// Every refusal, in the order of [`Refusal::index`].
+    pub const ALL: [Refusal; 6] = [
+        Refusal::Withheld,
+        Refusal::Hint,
+        Refusal::Rejected(RejectReason::Regulator),
+        Refusal::Rejected(RejectReason::QueueFull),
+        Refusal::Rejected(RejectReason::NoLease),
+        Refusal::Expired,
+    ];
+
+    /// Its place in [`Refusal::ALL`] and in the counts kept per refusal.
+    pub fn index(self) -> usize {
+        match self {
+            Refusal::Withheld => 0,
+            Refusal::Hint => 1,
+            Refusal::Rejected(RejectReason::Regulator) => 2,
+            Refusal::Rejected(RejectReason::QueueFull) => 3,
+            Refusal::Rejected(RejectReason::NoLease) => 4,
+            Refusal::Expired => 5,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Withheld => "withheld",
+            Refusal::Hint => "hint",
+            Refusal::Rejected(reason) => reason.as_str(),
+            Refusal::Expired => "expired",
+        }
+    }
+}
+
+/// Counts per [`Refusal`], indexed by [`Refusal::index`].
+pub type ByRefusal = [u64; Refusal::ALL.len()];
 
 /// One second of a run, by the time things happened.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -37,9 +89,16 @@ pub struct ArmResult {
     /// Calls a first-hop gate admitted, and those whose chain then failed.
     pub edge_admitted: u64,
     pub wasted: u64,
+    /// The wasted chains by the hop where they failed (the first failure of the chain) and
+    /// why.
+    pub wasted_by: Vec<ByRefusal>,
     /// Sums over the measured seconds of the users shed everywhere they were seen and of
     /// those shed somewhere (the agreement's numerator and denominator).
     pub agree: (u64, u64),
+    /// Sums over the measured seconds of the users shed somewhere but not everywhere they
+    /// were seen, by why the edge proxies that shed them did (a user shed for two reasons in
+    /// a second counts under both).
+    pub disagreed_by: ByRefusal,
     /// Requests shed per hop: by the gate, by a cut-off hint at its proxy, or by the caller
     /// before sending (a hint held by the hop before).
     pub shed: Vec<u64>,
@@ -101,44 +160,68 @@ impl ArmResult {
 #[derive(Debug, Default)]
 pub(crate) struct AgreementTracker {
     second: u64,
-    /// Per user, bit `p % 128` set for proxy `p`: seen, and shed.
-    users: HashMap<u32, (u128, u128)>,
+    /// Per user, bit `p % 128` set for proxy `p`: seen, and shed; and bit
+    /// [`Refusal::index`] set for each reason it was shed for.
+    users: HashMap<u32, (u128, u128, u8)>,
+}
+
+/// One second of edge decisions, summed up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AgreementSecond {
+    pub second: u64,
+    /// Users seen by at least two edge proxies and shed by one: by every proxy that saw
+    /// them, and by at least one.
+    pub everywhere: u64,
+    pub somewhere: u64,
+    /// Of those shed somewhere but not everywhere, per reason they were shed for.
+    pub disagreed_by: ByRefusal,
 }
 
 impl AgreementTracker {
-    /// Records that edge proxy `proxy` admitted or shed `user` at `now`. When `now` is in a
-    /// later second than the records, returns that second's `(shed everywhere, shed
-    /// somewhere)` counts first.
+    /// Records that edge proxy `proxy` admitted `user` at `now` (`shed` is `None`) or shed
+    /// it, and why. When `now` is in a later second than the records, returns that second's
+    /// sums first.
     pub(crate) fn record(
         &mut self,
         now: Time,
         user: u32,
         proxy: u32,
-        shed: bool,
-    ) -> Option<(u64, u64, u64)> {
+        shed: Option<Refusal>,
+    ) -> Option<AgreementSecond> {
         let second = now.as_nanos() / 1_000_000_000;
         let closed = (second != self.second).then(|| self.close());
         self.second = second;
         let bit = 1u128 << (proxy % 128);
         let entry = self.users.entry(user).or_default();
         entry.0 |= bit;
-        if shed {
+        if let Some(why) = shed {
             entry.1 |= bit;
+            entry.2 |= 1 << why.index();
         }
         closed
     }
 
-    /// The current second's `(second, shed everywhere, shed somewhere)`, and a fresh start.
-    pub(crate) fn close(&mut self) -> (u64, u64, u64) {
-        let (mut everywhere, mut somewhere) = (0, 0);
-        for (seen, shed) in self.users.values() {
-            if seen.count_ones() >= 2 && *shed != 0 {
-                somewhere += 1;
-                everywhere += u64::from(shed == seen);
+    /// The current second's sums, and a fresh start.
+    pub(crate) fn close(&mut self) -> AgreementSecond {
+        let mut sums = AgreementSecond {
+            second: self.second,
+            ..AgreementSecond::default()
+        };
+        for (seen, shed, why) in self.users.values() {
+            if seen.count_ones() < 2 || *shed == 0 {
+                continue;
+            }
+            sums.somewhere += 1;
+            if shed == seen {
+                sums.everywhere += 1;
+            } else {
+                for (i, count) in sums.disagreed_by.iter_mut().enumerate() {
+                    *count += u64::from(why >> i & 1);
+                }
             }
         }
         self.users.clear();
-        (self.second, everywhere, somewhere)
+        sums
     }
 }
 
@@ -150,21 +233,52 @@ mod tests {
     fn agreement_counts_users_seen_twice_and_shed_somewhere() {
         let mut tracker = AgreementTracker::default();
         let t = Time::from_nanos(5);
-        // User 1: shed by both proxies that saw it. User 2: shed by one of two. User 3: seen
-        // once. User 4: admitted by both.
+        let cut = Some(Refusal::Rejected(RejectReason::Regulator));
+        // User 1: shed by both proxies that saw it. User 2: shed by one of two, by the
+        // regulator. User 3: seen once. User 4: admitted by both. User 5: shed by one of
+        // three, there once for a hint and once expired.
         for (user, proxy, shed) in [
-            (1, 0, true),
-            (1, 1, true),
-            (2, 0, true),
-            (2, 1, false),
-            (3, 2, true),
-            (4, 0, false),
-            (4, 2, false),
+            (1, 0, cut),
+            (1, 1, Some(Refusal::Expired)),
+            (2, 0, cut),
+            (2, 1, None),
+            (3, 2, cut),
+            (4, 0, None),
+            (4, 2, None),
+            (5, 0, None),
+            (5, 1, Some(Refusal::Hint)),
+            (5, 1, Some(Refusal::Expired)),
+            (5, 2, None),
         ] {
             assert_eq!(tracker.record(t, user, proxy, shed), None);
         }
         let next = Time::from_nanos(1_000_000_000);
-        assert_eq!(tracker.record(next, 9, 0, false), Some((0, 1, 2)));
-        assert_eq!(tracker.close(), (1, 0, 0));
+        let mut disagreed_by = ByRefusal::default();
+        disagreed_by[Refusal::Hint.index()] = 1;
+        disagreed_by[Refusal::Expired.index()] = 1;
+        disagreed_by[Refusal::Rejected(RejectReason::Regulator).index()] = 1;
+        assert_eq!(
+            tracker.record(next, 9, 0, None),
+            Some(AgreementSecond {
+                second: 0,
+                everywhere: 1,
+                somewhere: 3,
+                disagreed_by,
+            })
+        );
+        assert_eq!(
+            tracker.close(),
+            AgreementSecond {
+                second: 1,
+                ..AgreementSecond::default()
+            }
+        );
+    }
+
+    #[test]
+    fn refusals_index_their_place() {
+        for (i, refusal) in Refusal::ALL.into_iter().enumerate() {
+            assert_eq!(refusal.index(), i, "{refusal:?}");
+        }
     }
 }

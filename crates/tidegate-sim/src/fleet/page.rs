@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::chart::Chart;
 
-use super::{ArmResult, FleetScenario};
+use super::{ArmResult, ByRefusal, FleetScenario, Refusal};
 
 fn percent(x: Option<f64>) -> String {
     x.map_or_else(|| "n/a".to_owned(), |x| format!("{:.1}%", 100.0 * x))
@@ -24,7 +24,37 @@ pub fn table(results: &[ArmResult]) -> String {
             .collect();
         let _ = writeln!(out, "| {} | {} |", r.name, hops.join(" ; "));
     }
+    out.push_str(
+        "\n| arm | users shed by some edge proxies and not others, by why they were shed | \
+         wasted chains by the hop where they failed, and why |\n|---|---|---|\n",
+    );
+    for r in results {
+        let wasted: Vec<String> = r.wasted_by.iter().map(refusals).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            r.name,
+            refusals(&r.disagreed_by),
+            wasted.join(" ; ")
+        );
+    }
     out
+}
+
+/// Counts per refusal as `regulator 12, expired 3`, the refusals counted none left out;
+/// `-` for none at all.
+fn refusals(counts: &ByRefusal) -> String {
+    let named: Vec<String> = Refusal::ALL
+        .iter()
+        .zip(counts)
+        .filter(|&(_, &n)| n > 0)
+        .map(|(why, n)| format!("{} {n}", why.as_str()))
+        .collect();
+    if named.is_empty() {
+        "-".to_owned()
+    } else {
+        named.join(", ")
+    }
 }
 
 fn main_table(results: &[ArmResult]) -> String {
