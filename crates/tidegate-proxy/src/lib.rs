@@ -57,6 +57,7 @@ mod server;
 mod shed;
 mod stall;
 mod stream;
+mod timed;
 mod tls;
 mod trust;
 mod upgrade;
