@@ -3,7 +3,7 @@
 # loop, each proxy given the same small share of one core so that the other core's load
 # generator can offer ten times its capacity.
 #
-#   bench/overload.sh [SECONDS] [NICENESS]     (default: 10 s per point, nice 19)
+#   bench/overload.sh [SECONDS] [NICENESS] [BEFORE]   (default: 10 s per point, nice 19)
 #
 # The handicap: each proxy runs pinned to the last core (taskset), one worker thread, at nice
 # NICENESS beside a CPU hog at nice 0 on the same core; the origin (nginx `return 200`) and
@@ -14,10 +14,14 @@
 #   closed at once, before any read).
 # - tidegate-wait-32: the default gate with `connections.max = 32`, `at_max = "wait"` and a
 #   backlog of 32 (past 32 open, nothing is accepted: new connections wait in a short
-#   backlog, and past it the kernel drops their handshakes).
+#   backlog, and past it the kernel drops their handshakes). The gate's limit does not bind
+#   while the proxy's own delays hold its slots longer than the origin does.
 # - tidegate-wait-32-nogate: the same with the gate out of the way (a fixed limit of 100,000,
 #   no regulator): what the bound on connections does alone.
 # - nginx-limit-conn-N: nginx proxying with `limit_conn` N per server (N = 4 and 32).
+# - tidegate-wait-32-before: with BEFORE (another tidegate binary, say the build before a
+#   change), its tidegate-wait-32 row, run right after this build's, for a comparison in one
+#   run.
 #
 # For each proxy: its maximum (wrk, closed loop, 2 s) under the handicap, then `tidegate load`
 # at half of tidegate's maximum (the unloaded p99) and at 2, 5 and 10 times it, SECONDS each,
@@ -28,6 +32,7 @@ set -euo pipefail
 
 secs="${1:-10}"
 niceness="${2:-19}"
+before="${3:-}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
@@ -40,6 +45,7 @@ origin_port=18680 tg_port=18681 tg_admin=18691
 conn4_port=18683 conn32_port=18684 max_port=18685 max_admin=18695
 wait_port=18687 wait_admin=18697
 waitng_port=18688 waitng_admin=18698
+before_port=18689 before_admin=18699
 
 # The handicap: a CPU hog at nice 0 on the proxies' core, each proxy at nice $niceness
 # beside it, so that the scheduler gives a running proxy a small share of the core (about
@@ -76,7 +82,13 @@ printf '[gate.limit]\nalgorithm = "fixed"\n[gate.limit.fixed]\nlimit = 100000\n[
 tidegate_row() {
     local name=$1 port=$2 admin=$3
     shift 3
-    "${handicapped[@]}" "$tidegate" proxy "$@" --upstream "http://127.0.0.1:$origin_port" \
+    tidegate_binary_row "$tidegate" "$name" "$port" "$admin" "$@"
+}
+# tidegate_binary_row BINARY NAME PORT ADMIN_PORT [ARGS...]: the same with another binary.
+tidegate_binary_row() {
+    local binary=$1 name=$2 port=$3 admin=$4
+    shift 4
+    "${handicapped[@]}" "$binary" proxy "$@" --upstream "http://127.0.0.1:$origin_port" \
         --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --threads 1 \
         >"$work/$name.log" 2>&1 & pids+=($!)
 }
@@ -84,6 +96,12 @@ tidegate_row tg "$tg_port" "$tg_admin"
 tidegate_row max "$max_port" "$max_admin" --config "$work/max.toml"
 tidegate_row wait "$wait_port" "$wait_admin" --config "$work/wait.toml"
 tidegate_row waitng "$waitng_port" "$waitng_admin" --config "$work/waitng.toml"
+before_row=()
+if [[ -n $before ]]; then
+    tidegate_binary_row "$before" before "$before_port" "$before_admin" --config "$work/wait.toml"
+    wait_port "$before_port"
+    before_row=("tidegate-wait-32-before $before_port")
+fi
 "${handicapped[@]}" nginx -p "$work/conn4" -c "$work/conn4/nginx.conf" & pids+=($!)
 "${handicapped[@]}" nginx -p "$work/conn32" -c "$work/conn32/nginx.conf" & pids+=($!)
 for port in $origin_port $tg_port $max_port $wait_port $waitng_port $conn4_port $conn32_port; do wait_port "$port"; done
@@ -123,6 +141,7 @@ echo "| row | offered/s | ok/s | ok / max | p50 ms | p99 ms | shed/s | timed out
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for row in "tidegate $tg_port" \
     "tidegate-max-conn-32 $max_port" "tidegate-wait-32 $wait_port" \
+    "${before_row[@]}" \
     "tidegate-wait-32-nogate $waitng_port" \
     "nginx-limit-conn-4 $conn4_port" \
     "nginx-limit-conn-32 $conn32_port"; do

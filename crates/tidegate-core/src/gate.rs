@@ -29,7 +29,7 @@ use crate::time::{Nanos, Time};
 
 mod latency;
 
-use latency::ServiceLatency;
+use latency::{OwnDelay, ServiceLatency};
 
 /// How the gate's queue behaves.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -123,6 +123,8 @@ pub struct Permit {
     admitted: Time,
     inflight: u32,
     priority: Priority,
+    /// The service's own time, if the driver measured it ([`Permit::measured`]).
+    service: Option<Nanos>,
 }
 
 impl Permit {
@@ -132,6 +134,21 @@ impl Permit {
     /// When the request entered the service.
     pub fn admitted(&self) -> Time {
         self.admitted
+    }
+
+    /// The service itself took `service` with this request: what the limit learns from
+    /// when the request completes, in place of the time from admission to completion
+    /// (and never more than it).
+    ///
+    /// For a driver whose own delays sit inside that time: a proxy starved of CPU reads
+    /// the upstream's answer, and writes it on, late by its own backlog. Such a driver
+    /// measures the upstream's part alone (the proxy: from writing the request to the
+    /// answer's arrival in the kernel) and says so here. The slot is held until completion
+    /// all the same, and the two together tell the gate whether the driver or the service
+    /// is the bottleneck: while it is the driver, the limit does not bind (see
+    /// `Gate::has_room`).
+    pub fn measured(&mut self, service: Nanos) {
+        self.service = Some(service);
     }
 }
 
@@ -173,6 +190,7 @@ pub struct LentPermit {
     admitted: Time,
     inflight: u32,
     priority: Priority,
+    service: Option<Nanos>,
 }
 
 impl LentPermit {
@@ -183,11 +201,27 @@ impl LentPermit {
             admitted,
             inflight,
             priority,
+            service: None,
         }
     }
 
     pub fn priority(&self) -> Priority {
         self.priority
+    }
+
+    /// As [`Permit::measured`].
+    pub fn measured(&mut self, service: Nanos) {
+        self.service = Some(service);
+    }
+
+    /// The ordinary permit this lent one becomes once the gate has it back.
+    fn into_permit(self) -> Permit {
+        Permit {
+            admitted: self.admitted,
+            inflight: self.inflight,
+            priority: self.priority,
+            service: self.service,
+        }
     }
 }
 
@@ -313,6 +347,8 @@ pub struct Gate {
     events: VecDeque<Event>,
     /// The service's answers, for [`QueueConfig::wait_bound`].
     latency: ServiceLatency,
+    /// The driver's own share of the slots' time, where it measures the service's part.
+    own_delay: OwnDelay,
     /// The last arrival of each tier, for [`QueueConfig::wait_bound`].
     tier_seen: [Option<Time>; TIERS as usize],
 }
@@ -334,6 +370,7 @@ impl Gate {
             stats: QueueStats::default(),
             events: VecDeque::new(),
             latency: ServiceLatency::default(),
+            own_delay: OwnDelay::default(),
             tier_seen: [None; TIERS as usize],
         }
     }
@@ -360,9 +397,9 @@ impl Gate {
         if self.regulator.on_arrival(now, priority, self.queue.len()) == Verdict::Reject {
             return self.reject(priority, RejectReason::Regulator);
         }
-        // After every call the queue is empty or the service full, so a free slot means
-        // nobody is waiting for it.
-        if self.inflight < self.effective_limit {
+        // After every call the queue is empty or there is no room, so room means nobody is
+        // waiting for it.
+        if self.has_room(now) {
             self.stats.accepted += 1;
             return Arrival::Admitted(self.admit(now, priority));
         }
@@ -404,39 +441,32 @@ impl Gate {
     pub fn complete(&mut self, now: Time, permit: Permit, outcome: Outcome) {
         self.inflight -= 1;
         self.stats.completed += 1;
-        self.learn(
-            now,
-            permit.admitted,
-            permit.inflight,
-            permit.priority,
-            outcome,
-        );
+        self.learn(now, &permit, outcome);
         self.fill(now);
     }
 
     /// Counts a finished request's outcome and feeds the limit with it.
-    fn learn(
-        &mut self,
-        now: Time,
-        admitted: Time,
-        inflight: u32,
-        priority: Priority,
-        outcome: Outcome,
-    ) {
-        let tier = self.counters.tier(priority);
+    fn learn(&mut self, now: Time, permit: &Permit, outcome: Outcome) {
+        let tier = self.counters.tier(permit.priority);
         match outcome {
             Outcome::Success => tier.completed_ok += 1,
             Outcome::Dropped => tier.completed_dropped += 1,
             Outcome::Ignored => tier.completed_ignored += 1,
         }
-        let rtt = now - admitted;
+        let held = now - permit.admitted;
+        let rtt = permit.service.map_or(held, |service| service.min(held));
         if outcome == Outcome::Success {
-            self.latency.record(now, rtt);
+            // What a slot is held for, the driver's delays included: what queueing for one
+            // costs.
+            self.latency.record(now, held);
+            if permit.service.is_some() {
+                self.own_delay.record(now, held, rtt);
+            }
         }
         self.limit.on_sample(&Sample {
             now,
             rtt,
-            inflight,
+            inflight: permit.inflight,
             outcome,
         });
         self.refresh_limit();
@@ -496,11 +526,7 @@ impl Gate {
     fn take_back(&mut self, permit: LentPermit) -> Permit {
         self.lent = self.lent.saturating_sub(1);
         self.count_lent(permit.priority);
-        Permit {
-            admitted: permit.admitted,
-            inflight: permit.inflight,
-            priority: permit.priority,
-        }
+        permit.into_permit()
     }
 
     /// A request that took a lent slot finished, and the front end already put its slot back
@@ -511,13 +537,7 @@ impl Gate {
         self.count_lent(permit.priority);
         self.stats.completed += 1;
         match outcome {
-            Some(outcome) => self.learn(
-                now,
-                permit.admitted,
-                permit.inflight,
-                permit.priority,
-                outcome,
-            ),
+            Some(outcome) => self.learn(now, &permit.into_permit(), outcome),
             None => self.counters.tier(permit.priority).cancelled_inflight += 1,
         }
     }
@@ -642,6 +662,7 @@ impl Gate {
             admitted: now,
             inflight: self.inflight,
             priority,
+            service: None,
         }
     }
 
@@ -658,7 +679,7 @@ impl Gate {
     /// Moves waiting requests into free slots, most important first. Entries past their
     /// deadline expire here rather than being admitted to a caller who has given up.
     fn fill(&mut self, now: Time) {
-        while self.inflight < self.effective_limit {
+        while self.has_room(now) {
             let order = match self.config.lifo_after {
                 Some(after) if now - self.last_empty >= after => Order::Lifo,
                 _ => Order::Fifo,
@@ -734,6 +755,16 @@ impl Gate {
             Some(lease) => limit.min(lease.allowed),
             None => limit,
         };
+    }
+
+    /// Whether a request may go in now: a slot is free, or the driver's own delays hold the
+    /// slots more than the service does ([`OwnDelay`]). Then the driver, not the service, is
+    /// the bottleneck, and the limit does not bind: it would only turn away, at the driver's
+    /// cost, requests the driver has already read and the service has room for. (A proxy
+    /// bounds what it reads by its connections; docs/performance.md, "The proxy-bound
+    /// overload".) A driver that measures nothing is never in this case.
+    fn has_room(&self, now: Time) -> bool {
+        self.inflight < self.effective_limit || self.own_delay.dominates(now)
     }
 
     /// Ends a lease whose time is up; the limit is the algorithm's again, and whoever waits

@@ -27,6 +27,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tidegate_core::Priority;
@@ -147,11 +148,14 @@ impl Shadow {
         }
     }
 
-    /// The request ended with `outcome` (`None`: cancelled): the permit, if it has one, is
-    /// released with it.
-    pub(crate) fn release(self, outcome: Option<Outcome>) {
+    /// The request ended with `outcome` (`None`: cancelled), the upstream having taken
+    /// `upstream_time` if it was measured: the permit, if it has one, is released with them.
+    pub(crate) fn release(self, outcome: Option<Outcome>, upstream_time: Option<Duration>) {
         let held = std::mem::replace(&mut *lock(&self.held), Held::Ended);
-        if let Held::Permit(permit) = held {
+        if let Held::Permit(mut permit) = held {
+            if let Some(upstream_time) = upstream_time {
+                permit.measured(upstream_time);
+            }
             permit.release(outcome);
         }
     }

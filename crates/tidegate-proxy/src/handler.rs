@@ -502,6 +502,10 @@ pub(crate) struct Completion {
     body: BodyState,
     /// The upstream connection, back to its pool when the response has been read whole.
     lent: Option<Lent>,
+    /// What the upstream itself took, measured at the socket once the answer is in
+    /// ([`crate::timed`]): what the gate learns from, rather than the slot's whole span,
+    /// which holds the proxy's own delays.
+    upstream_time: Option<Duration>,
     /// A request that may become a stream ([`crate::stream`]).
     stream: Option<Box<stream::Candidate>>,
     /// A gRPC request: its answer's `grpc-status` counts (see [`crate::grpc`]).
@@ -529,6 +533,7 @@ impl Completion {
             client_left: None,
             body: BodyState::default(),
             lent: None,
+            upstream_time: None,
             stream: None,
             grpc: false,
             finished: false,
@@ -564,6 +569,7 @@ impl Completion {
         };
         // A stream: its sample is the time to these headers, and its slot is free from now
         // on (`crate::stream`).
+        self.upstream_time = lent.upstream_time();
         self.finish(class_of(outcome), Some(outcome));
         match opened {
             stream::Opened::Tunnel(tunnel) => {
@@ -692,9 +698,11 @@ impl Completion {
         response
     }
 
-    /// The response body was read to its end: the connection can serve another exchange.
+    /// The response body was read to its end: what the upstream took is known, and the
+    /// connection can serve another exchange.
     fn reuse_connection(&mut self) {
         if let Some(lent) = self.lent.take() {
+            self.upstream_time = lent.upstream_time();
             self.upstream().pool.put(lent);
         }
     }
@@ -706,11 +714,14 @@ impl Completion {
             return;
         }
         self.finished = true;
-        if let Some(permit) = self.permit.take() {
+        if let Some(mut permit) = self.permit.take() {
+            if let Some(upstream_time) = self.upstream_time {
+                permit.measured(upstream_time);
+            }
             permit.release(outcome);
         }
         if let Some(shadow) = self.shadow.take() {
-            shadow.release(outcome);
+            shadow.release(outcome, self.upstream_time);
         }
         let now = self.shared.now();
         // A client that went away is timed to when it left.

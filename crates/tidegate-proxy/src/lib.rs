@@ -58,6 +58,7 @@ mod shed;
 mod stall;
 mod stream;
 mod target;
+mod timed;
 mod tls;
 mod trust;
 mod upgrade;

@@ -12,7 +12,7 @@
 //! connection: it never reached the upstream, so this is safe for any method.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -23,10 +23,11 @@ use tokio::net::TcpStream;
 
 use crate::metrics::ErrorKind;
 use crate::request_body::RequestBody;
+use crate::timed::{Stamps, TimedStream};
 use crate::tls;
 
 /// A connection to an upstream, over TLS for an `https://` one.
-type Upstream = tls::Stream<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
+type Upstream = tls::Stream<TimedStream, tokio_rustls::client::TlsStream<TimedStream>>;
 
 /// How to reach an upstream and how long to keep its connections.
 #[derive(Debug)]
@@ -57,16 +58,35 @@ pub(crate) struct Pool {
 
 #[derive(Debug)]
 struct Idle {
-    sender: http1::SendRequest<RequestBody>,
+    connection: Http1,
     since: quanta::Instant,
+}
+
+/// An HTTP/1.1 connection: the handle that sends on it, and its exchange's times.
+#[derive(Debug)]
+pub(crate) struct Http1 {
+    sender: http1::SendRequest<RequestBody>,
+    stamps: Arc<Stamps>,
 }
 
 /// A connection lent to one exchange. HTTP/1.1 connections go back to the pool with
 /// [`Pool::put`] once the response has been read to its end; dropped, they close.
 #[derive(Debug)]
 pub(crate) enum Lent {
-    Http1(http1::SendRequest<RequestBody>),
+    Http1(Http1),
     Http2,
+}
+
+impl Lent {
+    /// What the upstream took with the exchange so far: from its request's first write to
+    /// the arrival of the answer's latest bytes ([`crate::timed`]). `None` on a shared
+    /// HTTP/2 connection, which carries other exchanges at once.
+    pub(crate) fn upstream_time(&self) -> Option<Duration> {
+        match self {
+            Lent::Http1(connection) => connection.stamps.upstream_time(),
+            Lent::Http2 => None,
+        }
+    }
 }
 
 /// Why an exchange failed.
@@ -106,15 +126,16 @@ impl Pool {
         // Idle connections first; a request refused unsent by a stale one goes on to the
         // next, then to a new connection.
         loop {
-            let (mut sender, reused) = match self.take_idle() {
-                Some(sender) => (sender, true),
+            let (mut connection, reused) = match self.take_idle() {
+                Some(connection) => (connection, true),
                 // Boxed: a new connection is rare, and its future (the TCP connect, a TLS
                 // handshake) would otherwise make this one several times larger, copied
                 // whole on every request (docs/performance.md, "The forward path at parity").
                 None => (Box::pin(self.connect_http1()).await?, false),
             };
-            match sender.try_send_request(request).await {
-                Ok(response) => return Ok((response, Lent::Http1(sender))),
+            connection.stamps.start();
+            match connection.sender.try_send_request(request).await {
+                Ok(response) => return Ok((response, Lent::Http1(connection))),
                 Err(mut error) => match error.take_message() {
                     Some(unsent) if reused => request = unsent,
                     _ => {
@@ -129,8 +150,10 @@ impl Pool {
 
     /// Returns a connection whose exchange has ended.
     pub(crate) fn put(&self, lent: Lent) {
-        let Lent::Http1(sender) = lent else { return };
-        if sender.is_closed() || self.config.max_idle == 0 {
+        let Lent::Http1(connection) = lent else {
+            return;
+        };
+        if connection.sender.is_closed() || self.config.max_idle == 0 {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
@@ -138,14 +161,14 @@ impl Pool {
             idle.pop_front();
         }
         idle.push_back(Idle {
-            sender,
+            connection,
             since: self.clock.now(),
         });
     }
 
     /// The most recently used idle connection that is still open, dropping those that were
     /// closed or idle too long.
-    fn take_idle(&self) -> Option<http1::SendRequest<RequestBody>> {
+    fn take_idle(&self) -> Option<Http1> {
         let now = self.clock.now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         // The oldest ages out first: most are taken from the other end.
@@ -156,16 +179,16 @@ impl Pool {
             idle.pop_front();
         }
         for _ in 0..idle.len() {
-            let Some(connection) = idle.pop_back() else {
+            let Some(idle_one) = idle.pop_back() else {
                 break;
             };
-            if connection.sender.is_ready() {
-                return Some(connection.sender);
+            if idle_one.connection.sender.is_ready() {
+                return Some(idle_one.connection);
             }
             // Open but not ready: its task is still finishing the last exchange (on another
             // thread). It goes to the cold end rather than being closed.
-            if !connection.sender.is_closed() {
-                idle.push_front(connection);
+            if !idle_one.connection.sender.is_closed() {
+                idle.push_front(idle_one);
             }
         }
         None
@@ -173,15 +196,17 @@ impl Pool {
 
     /// Whether a TCP connection to the upstream can be made now (it is closed at once).
     pub(crate) async fn reachable(&self) -> bool {
-        self.connect().await.is_ok()
+        self.connect(Arc::default()).await.is_ok()
     }
 
-    /// A new connection, its TLS handshake included, within `connect_timeout`. A failed
-    /// handshake (a certificate that does not verify) is a connection failure.
-    async fn connect(&self) -> Result<TokioIo<Upstream>, SendError> {
+    /// A new connection, its TLS handshake included, within `connect_timeout`, its
+    /// exchanges timed in `stamps`. A failed handshake (a certificate that does not verify)
+    /// is a connection failure.
+    async fn connect(&self, stamps: Arc<Stamps>) -> Result<TokioIo<Upstream>, SendError> {
         let connecting = async {
             let stream = TcpStream::connect(self.config.address.as_str()).await?;
             let _ = stream.set_nodelay(true);
+            let stream = TimedStream::new(stream, stamps);
             Ok::<_, std::io::Error>(match &self.config.tls {
                 None => tls::Stream::Plain(stream),
                 Some(tls) => tls::Stream::Tls(Box::new(tls.connect(stream).await?)),
@@ -195,8 +220,9 @@ impl Pool {
         }
     }
 
-    async fn connect_http1(&self) -> Result<http1::SendRequest<RequestBody>, SendError> {
-        let io = self.connect().await?;
+    async fn connect_http1(&self) -> Result<Http1, SendError> {
+        let stamps = Arc::new(Stamps::default());
+        let io = self.connect(stamps.clone()).await?;
         let (sender, connection) = http1::Builder::new()
             .writev(false)
             .handshake(io)
@@ -207,7 +233,7 @@ impl Pool {
         tokio::spawn(async move {
             let _ = connection.with_upgrades().await;
         });
-        Ok(sender)
+        Ok(Http1 { sender, stamps })
     }
 
     /// Sends `request` on the shared HTTP/2 connection (made if there is none).
@@ -257,7 +283,8 @@ impl Pool {
     }
 
     async fn connect_http2(&self) -> Result<http2::SendRequest<RequestBody>, SendError> {
-        let io = self.connect().await?;
+        // Many exchanges at once share it: its stamps time none of them.
+        let io = self.connect(Arc::default()).await?;
         let (sender, connection) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
             .handshake(io)

@@ -547,6 +547,18 @@ impl Permit {
         self.release(Some(Outcome::Ignored));
     }
 
+    /// The service itself took `service` with this request, measured more narrowly than
+    /// from admission to release (a proxy's own delays left out): the sample the limit
+    /// learns from when the permit is released (see `tidegate_core::gate::Permit::measured`).
+    pub fn measured(&mut self, service: std::time::Duration) {
+        let service = Nanos::from(service);
+        match &mut self.held {
+            Some(Held::Core(permit)) => permit.measured(service),
+            Some(Held::Lent(permit)) => permit.measured(service),
+            None => {}
+        }
+    }
+
     /// Releases with `outcome`, or as cancelled for `None`.
     pub fn release(mut self, outcome: Option<Outcome>) {
         if let Some(held) = self.held.take() {

@@ -76,6 +76,49 @@ impl ServiceLatency {
     }
 }
 
+/// How the driver's own delays compare with the service's time, over the successes whose
+/// driver measured the service's part itself ([`crate::gate::Permit::measured`]): a proxy
+/// holds a slot from admission until it has passed the answer on, and the service has the
+/// request for part of that. When the rest, the proxy's own wait for CPU, is the larger part,
+/// the proxy and not the service is the bottleneck: a slot refused then relieves nothing
+/// behind it, and costs the proxy a refusal on top of the reading it already paid for.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct OwnDelay {
+    /// Mean slot hold and mean service time in seconds, and when they were last fed.
+    means: Option<(Time, f64, f64)>,
+}
+
+/// How long the driver's delays are believed to dominate after the last measured answer
+/// that said so: the mean's own time constant.
+const OWN_DELAY_MEMORY: Nanos = Nanos::from_secs(1);
+
+impl OwnDelay {
+    /// A success held its slot for `held`, of which the service took `service`.
+    pub(super) fn record(&mut self, now: Time, held: Nanos, service: Nanos) {
+        let (held, service) = (held.as_secs_f64(), service.as_secs_f64());
+        self.means = Some(match self.means {
+            Some((last, mean_held, mean_service)) => {
+                let dt = now.saturating_since(last).as_secs_f64();
+                let weight = decay_weight(dt / MEAN_TIME_CONSTANT);
+                (
+                    now,
+                    mean_held + weight * (held - mean_held),
+                    mean_service + weight * (service - mean_service),
+                )
+            }
+            None => (now, held, service),
+        });
+    }
+
+    /// Whether, as of the answers of the last second, slots were held more by the driver's
+    /// own delays than by the service.
+    pub(super) fn dominates(&self, now: Time) -> bool {
+        self.means.is_some_and(|(last, held, service)| {
+            now.saturating_since(last) < OWN_DELAY_MEMORY && held - service > service
+        })
+    }
+}
+
 /// `1 - e^-x`, the weight of a new answer after `x` time constants. A busy gate feeds the mean
 /// every few microseconds (x near 1e-6), where `1.0 - (-x).exp()` costs an `exp` per answer and
 /// keeps few of its bits (the subtraction from 1 leaves a relative error of about 2e-16 / x);
@@ -119,6 +162,23 @@ mod tests {
                 "{x}: {weight} vs {exact}"
             );
         }
+    }
+
+    #[test]
+    fn the_drivers_delay_dominates_while_it_holds_slots_longer_than_the_service_for_a_second() {
+        let ms = Nanos::from_millis;
+        let mut own = OwnDelay::default();
+        assert!(!own.dominates(at(0)));
+        // Held 10 ms, 6 of them at the service: the service's time is the larger part.
+        own.record(at(0), ms(10), ms(6));
+        assert!(!own.dominates(at(0)));
+        // A second of answers held 40 ms for 1 ms of service: the proxy's own.
+        for i in 1..=100 {
+            own.record(at(i * 10), ms(40), ms(1));
+        }
+        assert!(own.dominates(at(1_000)));
+        // Said a second ago and not since: forgotten.
+        assert!(!own.dominates(at(2_000)));
     }
 
     #[test]

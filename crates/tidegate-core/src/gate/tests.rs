@@ -496,3 +496,86 @@ fn a_wait_under_a_millisecond_is_always_worth_queueing() {
     assert_eq!(gate.queued(), 16);
     reconciles(&gate);
 }
+
+/// Keeps the rtt of every sample it is fed.
+#[derive(Debug, Clone, Default)]
+struct Recorder(Arc<std::sync::Mutex<Vec<Nanos>>>);
+
+impl Limit for Recorder {
+    fn limit(&self) -> u32 {
+        10
+    }
+    fn on_sample(&mut self, sample: &Sample) {
+        self.0.lock().expect("not poisoned").push(sample.rtt);
+    }
+}
+
+#[test]
+fn a_measured_service_time_is_what_the_limit_learns_never_more_than_the_slot_was_held() {
+    let recorder = Recorder::default();
+    let mut gate = Gate::new(
+        Box::new(recorder.clone()),
+        Box::new(Off),
+        QueueConfig::default(),
+    );
+    // Held 50 ms, of which the service took 2: the limit learns 2.
+    let mut permit = admitted(gate.arrive(t(0), p(1, 0)));
+    permit.measured(Nanos::from_millis(2));
+    gate.complete(t(50), permit, Outcome::Success);
+    // Unmeasured: the time it was held.
+    let permit = admitted(gate.arrive(t(50), p(1, 0)));
+    gate.complete(t(80), permit, Outcome::Success);
+    // A measure longer than the hold (clocks that disagree) is cut to the hold.
+    let mut permit = admitted(gate.arrive(t(80), p(1, 0)));
+    permit.measured(Nanos::from_millis(60));
+    gate.complete(t(90), permit, Outcome::Success);
+    // Lent slots carry their measure through either way back.
+    let lent = gate.lend(t(90));
+    assert_eq!(lent, 10);
+    let mut through_lock = LentPermit::new(p(1, 0), t(90), 1);
+    through_lock.measured(Nanos::from_millis(3));
+    gate.complete_lent(t(100), through_lock, Outcome::Success);
+    let mut buffered = LentPermit::new(p(1, 0), t(90), 2);
+    buffered.measured(Nanos::from_millis(4));
+    gate.record_lent(t(100), buffered, Some(Outcome::Success));
+    let ms = Nanos::from_millis;
+    let rtts = recorder.0.lock().expect("not poisoned").clone();
+    assert_eq!(rtts, [ms(2), ms(30), ms(10), ms(3), ms(4)]);
+}
+
+#[test]
+fn the_limit_does_not_bind_while_the_drivers_own_delays_hold_the_slots() {
+    let ms = Nanos::from_millis;
+    // Held 40 ms, 30 of them at the service: the service is the bottleneck, the limit binds.
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let mut first = admitted(gate.arrive(t(0), p(1, 0)));
+    first.measured(ms(30));
+    gate.complete(t(40), first, Outcome::Success);
+    let _held = admitted(gate.arrive(t(40), p(1, 0)));
+    let _waits = queued(gate.arrive(t(41), p(1, 0)));
+
+    // Held 40 ms, 1 of them at the service: the driver is the bottleneck. The limit does not
+    // bind: the queued requests go in together, and new ones at once.
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let mut first = admitted(gate.arrive(t(0), p(1, 0)));
+    let waited = [
+        queued(gate.arrive(t(0), p(1, 0))),
+        queued(gate.arrive(t(0), p(1, 0))),
+    ];
+    first.measured(ms(1));
+    gate.complete(t(40), first, Outcome::Success);
+    let admitted_now: Vec<Ticket> = events(&mut gate)
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::Admitted { ticket, .. } => Some(ticket),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(admitted_now, waited);
+    let _past_the_limit = admitted(gate.arrive(t(41), p(1, 0)));
+    assert_eq!((gate.inflight(), gate.queued()), (3, 0));
+    reconciles(&gate);
+
+    // A second without a measured answer: the limit binds again.
+    let _waits = queued(gate.arrive(t(1_100), p(1, 0)));
+}
