@@ -758,13 +758,15 @@ impl Gate {
     }
 
     /// Whether a request may go in now: a slot is free, or the driver's own delays hold the
-    /// slots more than the service does ([`OwnDelay`]). Then the driver, not the service, is
-    /// the bottleneck, and the limit does not bind: it would only turn away, at the driver's
-    /// cost, requests the driver has already read and the service has room for. (A proxy
-    /// bounds what it reads by its connections; docs/performance.md, "The proxy-bound
-    /// overload".) A driver that measures nothing is never in this case.
+    /// slots more than the service does, by over a millisecond ([`OwnDelay`]). Then the
+    /// driver, not the service, is the bottleneck, and the limit does not bind: it would
+    /// only turn away, at the driver's cost, requests the driver has already read and the
+    /// service has room for. (A proxy bounds what it reads by its connections;
+    /// docs/performance.md, "The proxy-bound overload".) A lease binds always: it is the
+    /// service's own word. A driver that measures nothing is never in this case.
     fn has_room(&self, now: Time) -> bool {
-        self.inflight < self.effective_limit || self.own_delay.dominates(now)
+        self.inflight < self.effective_limit
+            || (self.lease.is_none() && self.own_delay.dominates(now))
     }
 
     /// Ends a lease whose time is up; the limit is the algorithm's again, and whoever waits

@@ -92,6 +92,13 @@ pub(super) struct OwnDelay {
 /// that said so: the mean's own time constant.
 const OWN_DELAY_MEMORY: Nanos = Nanos::from_secs(1);
 
+/// The least mean own delay that can dominate, whatever the service's time: below a
+/// millisecond it is the driver's ordinary work and the scheduler's jitter (as for the wait
+/// bound's floor), not a backlog. Without it, a proxy in front of an upstream answering in
+/// tens of microseconds, itself idle, spent longer on each request than the upstream did,
+/// and a fixed limit of 2 let a flood through.
+const OWN_DELAY_FLOOR: f64 = 0.001;
+
 impl OwnDelay {
     /// A success held its slot for `held`, of which the service took `service`.
     pub(super) fn record(&mut self, now: Time, held: Nanos, service: Nanos) {
@@ -111,10 +118,11 @@ impl OwnDelay {
     }
 
     /// Whether, as of the answers of the last second, slots were held more by the driver's
-    /// own delays than by the service.
+    /// own delays than by the service, and by more than [`OWN_DELAY_FLOOR`].
     pub(super) fn dominates(&self, now: Time) -> bool {
         self.means.is_some_and(|(last, held, service)| {
-            now.saturating_since(last) < OWN_DELAY_MEMORY && held - service > service
+            now.saturating_since(last) < OWN_DELAY_MEMORY
+                && held - service > service.max(OWN_DELAY_FLOOR)
         })
     }
 }
@@ -177,6 +185,13 @@ mod tests {
             own.record(at(i * 10), ms(40), ms(1));
         }
         assert!(own.dominates(at(1_000)));
+        // A proxy at ease in front of a 50 us upstream spends longer than the upstream on
+        // each request, but not a millisecond: no backlog.
+        let mut idle = OwnDelay::default();
+        for i in 0..100 {
+            idle.record(at(i), Nanos::from_micros(300), Nanos::from_micros(50));
+        }
+        assert!(!idle.dominates(at(100)));
         // Said a second ago and not since: forgotten.
         assert!(!own.dominates(at(2_000)));
     }
