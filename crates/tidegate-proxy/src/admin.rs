@@ -33,8 +33,6 @@ pub(crate) async fn serve(
     header_read_timeout: Duration,
 ) {
     let mut connections = tokio::task::JoinSet::new();
-    // The dashboard's sampler, which stops with the listener.
-    tokio::spawn(dashboard::sample(shared.clone(), stop.clone()));
     loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break,

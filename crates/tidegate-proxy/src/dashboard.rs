@@ -475,25 +475,33 @@ fn store_elapsed(nanos: &AtomicU64, since: Instant) {
     nanos.store(elapsed, Ordering::Relaxed);
 }
 
-/// Samples every interval until the admin listener stops.
-pub(crate) async fn sample(source: Arc<impl Source>, mut stop: watch::Receiver<bool>) {
-    let dashboard = source.dashboard();
-    let mut ticks = tokio::time::interval(dashboard.interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick is at once: the reading the first point is measured from.
-    ticks.tick().await;
+/// Samples every interval until `stop` turns true. The first reading, which the first point
+/// is measured from, is taken at the call, not when the task first runs: the requests served
+/// in between would be in it and never counted (a proxy that served three requests before
+/// its sampler's task was first polled showed no goodput for them).
+pub(crate) fn sample(
+    source: Arc<impl Source>,
+    mut stop: watch::Receiver<bool>,
+) -> impl Future<Output = ()> {
     let mut before = Reading::take(&*source);
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => break,
-            _ = ticks.tick() => {}
+    async move {
+        let dashboard = source.dashboard();
+        let mut ticks = tokio::time::interval(dashboard.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is at once.
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => break,
+                _ = ticks.tick() => {}
+            }
+            let started = Instant::now();
+            let now = Reading::take(&*source);
+            let point = now.point_since(&before);
+            before = now;
+            dashboard.history().push(point);
+            store_elapsed(&dashboard.last_sample_nanos, started);
         }
-        let started = Instant::now();
-        let now = Reading::take(&*source);
-        let point = now.point_since(&before);
-        before = now;
-        dashboard.history().push(point);
-        store_elapsed(&dashboard.last_sample_nanos, started);
     }
 }
 

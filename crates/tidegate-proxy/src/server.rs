@@ -26,7 +26,7 @@ use crate::reload::LiveGates;
 use crate::stream::Streams;
 use crate::trust::Peer;
 use crate::upstream::{Upstream, Upstreams};
-use crate::{admin, recovery, tls};
+use crate::{admin, dashboard, recovery, tls};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
 #[derive(Debug)]
@@ -164,6 +164,9 @@ impl Proxy {
         let (drain, _) = tokio::sync::watch::channel(());
         let mut connections = JoinSet::new();
         let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
+        // The dashboard's sampler, which stops with the admin listener: its first reading is
+        // taken here, before any request is accepted.
+        let sampler_task = tokio::spawn(dashboard::sample(shared.clone(), admin_stop.subscribe()));
         let admin_task = tokio::spawn(admin::serve(
             admin,
             shared.clone(),
@@ -227,6 +230,7 @@ impl Proxy {
         tunnels.finished().await;
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
+        let _ = sampler_task.await;
         let _ = recovery_task.await;
         if let Some(task) = certificates_task {
             let _ = task.await;
