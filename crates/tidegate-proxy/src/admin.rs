@@ -189,7 +189,7 @@ fn status(shared: &Shared) -> Value {
                         "cutoff_rank": s.regulator.cutoff_rank,
                         "overloaded": s.regulator.overloaded,
                         "burst": s.regulator.burst,
-                        "would_shed": crate::dry_run::status(&slot.would_shed),
+                        "would_shed": crate::would_shed::status(&slot.would_shed),
                         "requests": {
                             "arrived": c.arrived,
                             "ok": c.completed_ok,

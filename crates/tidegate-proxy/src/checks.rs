@@ -10,7 +10,6 @@ use http::header::{
 use serde::{Deserialize, Deserializer};
 use tidegate_core::Nanos;
 
-use crate::config::UpstreamConfig;
 use crate::target::Target;
 
 /// The most worker threads: beyond it the runtime would fail to start them (the process
@@ -52,28 +51,6 @@ pub(crate) fn header_reason(value: &str) -> Option<String> {
     })
 }
 
-/// Two upstreams with the same name (given, or the URL's `host:port`): their metrics and
-/// `/status` entries would collide. The later index and its name.
-pub(crate) fn duplicate_upstream(upstreams: &[UpstreamConfig]) -> Option<String> {
-    let names: Vec<Option<String>> = upstreams
-        .iter()
-        .map(|u| match &u.name {
-            Some(name) => Some(name.clone()),
-            None => Target::parse(&u.url).ok().map(|t| t.authority().to_owned()),
-        })
-        .collect();
-    for (later, name) in names.iter().enumerate() {
-        let Some(name) = name else { continue };
-        if let Some(earlier) = names[..later].iter().position(|n| n.as_ref() == Some(name)) {
-            return Some(format!(
-                "upstreams[{later}] has the name {name:?} of upstreams[{earlier}]: give each \
-                 upstream its own URL or name"
-            ));
-        }
-    }
-    None
-}
-
 pub(crate) fn refuse<'de, D: Deserializer<'de>, T>(
     reason: Option<String>,
     value: T,
@@ -110,13 +87,6 @@ pub(crate) fn header_bytes_reason(bytes: usize) -> Option<String> {
 pub(crate) fn header_bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
     let bytes = usize::deserialize(deserializer)?;
     refuse::<D, _>(header_bytes_reason(bytes), bytes)
-}
-
-pub(crate) fn upstreams<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Vec<UpstreamConfig>, D::Error> {
-    let upstreams = Vec::<UpstreamConfig>::deserialize(deserializer)?;
-    refuse::<D, _>(duplicate_upstream(&upstreams), upstreams)
 }
 
 pub(crate) fn positive_duration<'de, D: Deserializer<'de>>(

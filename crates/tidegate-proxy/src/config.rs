@@ -8,10 +8,9 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use http::HeaderName;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use tidegate_core::config::GateConfig;
 use tidegate_core::priority::CohortMap;
 use tidegate_core::{Nanos, Priority};
@@ -19,9 +18,9 @@ use tidegate_core::{Nanos, Priority};
 pub use crate::accept::AtMax;
 use crate::checks;
 pub use crate::connection::ConnectionsConfig;
-use crate::dry_run::Mode;
 use crate::error::Error;
 pub use crate::stream::StreamsConfig;
+use crate::target::Target;
 pub use crate::tls::TlsConfig;
 use crate::trust::Cidr;
 
@@ -38,7 +37,7 @@ pub struct Config {
     #[serde(deserialize_with = "checks::threads")]
     pub threads: usize,
     /// The services behind the proxy, each with its own name.
-    #[serde(deserialize_with = "checks::upstreams")]
+    #[serde(deserialize_with = "upstreams")]
     pub upstreams: Vec<UpstreamConfig>,
     /// `enforce` sheds; `dry-run` forwards everything and counts what it would have shed
     /// (each upstream's `mode` overrides it).
@@ -84,6 +83,17 @@ impl Default for Config {
             streams: StreamsConfig::default(),
         }
     }
+}
+
+/// Whether a gate sheds or only counts what it would shed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Shed what the gate sheds (the default).
+    #[default]
+    Enforce,
+    /// Forward everything; count what would have been shed.
+    DryRun,
 }
 
 /// One service behind the proxy.
@@ -350,10 +360,10 @@ impl Config {
             return Err(Error::NoUpstream);
         }
         for upstream in &self.upstreams {
-            crate::target::Target::parse(&upstream.url)?;
+            Target::parse(&upstream.url)?;
         }
-        crate::tls::check(&self.tls, crate::tls::any_https(&self.upstreams))?;
-        if let Some(reason) = checks::duplicate_upstream(&self.upstreams) {
+        crate::tls::check(&self.tls, self.any_https())?;
+        if let Some(reason) = duplicate_upstream(&self.upstreams) {
             return invalid("upstreams", reason);
         }
         if let Some(reason) = checks::threads_reason(self.threads) {
@@ -481,6 +491,13 @@ impl Config {
     pub fn mode_of(&self, upstream: &UpstreamConfig) -> Mode {
         upstream.mode.unwrap_or(self.mode)
     }
+
+    /// Whether any upstream is reached over TLS (`https://`).
+    pub(crate) fn any_https(&self) -> bool {
+        self.upstreams
+            .iter()
+            .any(|u| Target::parse(&u.url).is_ok_and(|target| target.tls()))
+    }
 }
 
 /// A header name from the configuration; `None` for the empty string (the feature is off).
@@ -496,8 +513,31 @@ pub(crate) fn header_name(key: &str, value: &str) -> Result<Option<HeaderName>, 
         })
 }
 
-pub(crate) fn duration(nanos: Nanos) -> Duration {
-    Duration::from(nanos)
+/// Two upstreams with the same name (given, or the URL's `host:port`): their metrics and
+/// `/status` entries would collide. The later index and its name.
+fn duplicate_upstream(upstreams: &[UpstreamConfig]) -> Option<String> {
+    let names: Vec<Option<String>> = upstreams
+        .iter()
+        .map(|u| match &u.name {
+            Some(name) => Some(name.clone()),
+            None => Target::parse(&u.url).ok().map(|t| t.authority().to_owned()),
+        })
+        .collect();
+    for (later, name) in names.iter().enumerate() {
+        let Some(name) = name else { continue };
+        if let Some(earlier) = names[..later].iter().position(|n| n.as_ref() == Some(name)) {
+            return Some(format!(
+                "upstreams[{later}] has the name {name:?} of upstreams[{earlier}]: give each \
+                 upstream its own URL or name"
+            ));
+        }
+    }
+    None
+}
+
+fn upstreams<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<UpstreamConfig>, D::Error> {
+    let upstreams = Vec::<UpstreamConfig>::deserialize(deserializer)?;
+    checks::refuse::<D, _>(duplicate_upstream(&upstreams), upstreams)
 }
 
 /// A priority written as `TIER/COHORT`, as in the header.
@@ -528,6 +568,35 @@ pub(crate) mod tests {
             source = cause.source();
         }
         text
+    }
+
+    #[test]
+    fn a_bad_mode_is_named_with_its_key_and_line() {
+        for (text, line) in [
+            ("mode = \"dryrun\"\n", 1),
+            (
+                "\n[[upstreams]]\nurl = \"http://127.0.0.1:1\"\nmode = \"off\"\n",
+                4,
+            ),
+        ] {
+            let err = Config::parse(text, "mode.toml").unwrap_err();
+            let message = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+            assert!(
+                message.contains(&format!("line {line}"))
+                    && message.contains("mode")
+                    && message.contains("dry-run"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_upstreams_mode_overrides_the_proxys() {
+        let text = "mode = \"dry-run\"\n[[upstreams]]\nurl = \"http://127.0.0.1:1\"\n\
+                    [[upstreams]]\nurl = \"http://127.0.0.1:2\"\nmode = \"enforce\"\n";
+        let config = Config::parse(text, "modes").unwrap();
+        let modes: Vec<_> = config.upstreams.iter().map(|u| config.mode_of(u)).collect();
+        assert_eq!(modes, [Mode::DryRun, Mode::Enforce]);
     }
 
     #[test]

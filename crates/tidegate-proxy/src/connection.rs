@@ -51,7 +51,6 @@ use tokio::sync::watch;
 
 use crate::accept::{AtMax, Slot, Slots};
 use crate::checks;
-use crate::config::duration;
 use crate::handler::{self, Shared};
 use crate::http2_watch::{Http2Watch, Verdict, Watched};
 use crate::stall::Stall;
@@ -173,7 +172,7 @@ impl Connections {
         tls: Option<tls::Listener>,
         registry: &mut Registry,
     ) -> Connections {
-        let header_read_timeout = duration(config.header_read_timeout);
+        let header_read_timeout = Duration::from(config.header_read_timeout);
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
@@ -189,8 +188,8 @@ impl Connections {
             .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
             .max_pending_accept_reset_streams(config.http2_max_pending_accept_reset_streams)
             .max_local_error_reset_streams(config.http2_max_local_error_reset_streams)
-            .keep_alive_interval(duration(config.http2_keep_alive_interval))
-            .keep_alive_timeout(duration(config.write_timeout));
+            .keep_alive_interval(Duration::from(config.http2_keep_alive_interval))
+            .keep_alive_timeout(Duration::from(config.write_timeout));
         if !http2 {
             builder = builder.http1_only();
         }
@@ -222,8 +221,8 @@ impl Connections {
             builder,
             max: i64::try_from(config.max).unwrap_or(i64::MAX),
             header_read_timeout,
-            write_timeout: duration(config.write_timeout),
-            idle_timeout: duration(config.idle_timeout),
+            write_timeout: Duration::from(config.write_timeout),
+            idle_timeout: Duration::from(config.idle_timeout),
             open,
             closed,
             slots: Slots::new(config.at_max, config.max),

@@ -24,10 +24,10 @@ use tidegate_core::gate::TierCounters;
 use tidegate_core::priority::TIERS;
 use tokio::sync::watch;
 
-use crate::config::{DashboardConfig, duration};
-use crate::dry_run::Reason;
+use crate::config::DashboardConfig;
 use crate::stream::End;
 use crate::upstream::Upstreams;
+use crate::would_shed::Reason;
 
 /// What the dashboard reads of the proxy: its own state, the upstreams as they are now (a
 /// reload swaps them), and the proxy's clock. The request handlers' shared state provides
@@ -262,7 +262,7 @@ impl Dashboard {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Dashboard {
-            interval: duration(config.interval),
+            interval: Duration::from(config.interval),
             history: Mutex::new(History::new(config.history)),
             e2e: LatencyHistogram::new(),
             upstream: LatencyHistogram::new(),

@@ -63,9 +63,9 @@ mod tls;
 mod trust;
 mod upgrade;
 mod upstream;
+mod would_shed;
 
-pub use config::{Config, DEFAULT_CONFIG, UpstreamConfig};
-pub use dry_run::Mode;
+pub use config::{Config, DEFAULT_CONFIG, Mode, UpstreamConfig};
 pub use error::Error;
 pub use handler::ERROR_HEADER;
 pub use readings::{GateReading, GateReadings};

@@ -32,12 +32,13 @@ use serde_json::{Value, json};
 
 use crate::classify::Classifier;
 use crate::config::Config;
-use crate::dry_run::{self, Mode};
+use crate::config::Mode;
 use crate::error::Error;
 use crate::handler::Shared;
 use crate::server::Proxy;
 use crate::target::Target;
 use crate::upstream::{Upstream, Upstreams};
+use crate::would_shed;
 
 /// Where a reload reads the new configuration: a file, with the command line's overrides.
 type Source = Box<dyn Fn() -> Result<Config, Error> + Send + Sync>;
@@ -152,7 +153,8 @@ impl Reloader {
         };
         let mut list = Vec::with_capacity(applied.upstreams.len());
         // TLS for the https:// upstreams added (the kept ones keep their connector).
-        let upstream_tls = crate::tls::any_https(&applied.upstreams)
+        let upstream_tls = applied
+            .any_https()
             .then(|| crate::tls::upstream_client(&applied.tls, applied.client.http2))
             .transpose()?;
         // Mode changes of kept upstreams wait until nothing can fail any more.
@@ -366,6 +368,11 @@ impl Collector for LiveGates {
         for slot in upstreams.gates() {
             tidegate_tower::metrics::encode(&mut encoder, &slot.gate, &slot.name)?;
         }
-        dry_run::encode(&mut encoder, upstreams.gates())
+        would_shed::encode(
+            &mut encoder,
+            upstreams
+                .gates()
+                .map(|slot| (slot.name.as_str(), &*slot.would_shed)),
+        )
     }
 }

@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 
 use crate::accept;
 use crate::classify::Classifier;
-use crate::config::{Config, duration};
+use crate::config::Config;
 use crate::connection::Connections;
 use crate::dashboard::Dashboard;
 use crate::error::Error;
@@ -59,12 +59,13 @@ impl Proxy {
         let tls = tls::Listener::new(&config.tls, config.server.http2, &mut registry)?;
         let certificates = tls
             .as_ref()
-            .map(|tls| tls.reloader(duration(config.tls.reload_interval)));
+            .map(|tls| tls.reloader(Duration::from(config.tls.reload_interval)));
         let clients =
             Connections::new(&config.connections, config.server.http2, tls, &mut registry);
-        let retry_after = duration(config.server.retry_after);
+        let retry_after = Duration::from(config.server.retry_after);
         let streams = Streams::new(&config.streams, clients.open_gauge(), &mut registry);
-        let upstream_tls = tls::any_https(&config.upstreams)
+        let upstream_tls = config
+            .any_https()
             .then(|| tls::upstream_client(&config.tls, config.client.http2))
             .transpose()?;
         let upstreams = config
@@ -98,8 +99,8 @@ impl Proxy {
             forwarding,
             metrics,
             registry,
-            duration(config.client.timeout),
-            duration(config.client.read_timeout),
+            Duration::from(config.client.timeout),
+            Duration::from(config.client.read_timeout),
             http::StatusCode::from_u16(config.server.shed_status).map_err(|e| Error::Invalid {
                 key: "server.shed_status".to_owned(),
                 reason: e.to_string(),
@@ -119,9 +120,9 @@ impl Proxy {
             shared: Arc::new(shared),
             listener,
             admin,
-            drain_timeout: duration(config.server.drain_timeout),
+            drain_timeout: Duration::from(config.server.drain_timeout),
             clients,
-            reconnect_interval: duration(config.ejection.reconnect_interval),
+            reconnect_interval: Duration::from(config.ejection.reconnect_interval),
             certificates,
         })
     }

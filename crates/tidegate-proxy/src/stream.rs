@@ -52,7 +52,6 @@ use serde::{Deserialize, Deserializer, Serialize};
 use tidegate_core::Nanos;
 
 use crate::checks::refuse;
-use crate::config::duration;
 use crate::handler::Abandoned;
 use crate::upgrade::Upgrade;
 
@@ -351,7 +350,7 @@ impl Streams {
                 .iter()
                 .map(|t| t.to_ascii_lowercase())
                 .collect(),
-            idle_timeout: duration(config.idle_timeout),
+            idle_timeout: Duration::from(config.idle_timeout),
             tunnels: Abandoned::default(),
             client_connections,
         }

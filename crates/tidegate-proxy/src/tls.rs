@@ -41,7 +41,6 @@ use tidegate_core::Nanos;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
-use crate::config::UpstreamConfig;
 use crate::error::Error;
 use crate::target::Target;
 
@@ -398,13 +397,6 @@ async fn hung_up(hangup: &mut Hangup) {
 #[cfg(not(unix))]
 async fn hung_up(_: &mut Hangup) {
     std::future::pending().await
-}
-
-/// Whether any upstream is reached over TLS (`https://`).
-pub(crate) fn any_https(upstreams: &[UpstreamConfig]) -> bool {
-    upstreams
-        .iter()
-        .any(|u| Target::parse(&u.url).is_ok_and(|target| target.tls()))
 }
 
 /// The client side of TLS to `https://` upstreams: roots and ALPN, shared by every upstream.

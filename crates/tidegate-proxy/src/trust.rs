@@ -120,6 +120,11 @@ pub(crate) fn loopback() -> Vec<Cidr> {
     ]
 }
 
+/// The client's address as an `X-Forwarded-For` element.
+fn client_value(ip: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&canonical(ip).to_string()).unwrap_or(HeaderValue::from_static("unknown"))
+}
+
 /// A client connection: its address as an `X-Forwarded-For` element, and whether its
 /// headers are believed.
 #[derive(Clone, Debug)]
@@ -131,7 +136,7 @@ pub(crate) struct Peer {
 impl Peer {
     pub(crate) fn new(ip: IpAddr, sources: &[Cidr]) -> Peer {
         Peer {
-            address: crate::forward::client_value(ip),
+            address: client_value(ip),
             trusted: sources.iter().any(|block| block.contains(ip)),
         }
     }

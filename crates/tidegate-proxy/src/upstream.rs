@@ -21,13 +21,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tidegate_core::Nanos;
 use tidegate_tower::SharedGate;
 
 use crate::classify::DEFAULT_PARTITION;
-use crate::config::{Config, EjectionConfig, UpstreamConfig, duration};
-use crate::dry_run::Mode;
+use crate::config::Mode;
+use crate::config::{Config, EjectionConfig, UpstreamConfig};
 use crate::error::Error;
 use crate::metrics::{ErrorKind, ProxyMetrics, UpstreamMetrics};
 use crate::pool::{Pool, PoolConfig};
@@ -41,7 +42,7 @@ pub(crate) struct GateSlot {
     pub(crate) name: String,
     pub(crate) outstanding: AtomicU32,
     /// What the gate would have shed while its upstream runs in dry run.
-    pub(crate) would_shed: std::sync::Arc<crate::dry_run::WouldShed>,
+    pub(crate) would_shed: std::sync::Arc<crate::would_shed::WouldShed>,
 }
 
 impl GateSlot {
@@ -101,7 +102,7 @@ impl Upstream {
             .clone()
             .unwrap_or_else(|| target.authority().to_owned());
         let gate_config = config.effective_gate();
-        let retry_after = duration(config.server.retry_after);
+        let retry_after = Duration::from(config.server.retry_after);
         let gates = partitions
             .iter()
             .map(|partition| {
@@ -116,8 +117,8 @@ impl Upstream {
             .collect();
         let pool = Pool::new(PoolConfig {
             address: target.address(),
-            connect_timeout: duration(config.client.connect_timeout),
-            idle_timeout: duration(config.client.pool_idle_timeout),
+            connect_timeout: Duration::from(config.client.connect_timeout),
+            idle_timeout: Duration::from(config.client.pool_idle_timeout),
             max_idle: config.client.pool_max_idle,
             http2: config.client.http2,
             tls: crate::tls::Connector::for_target(upstream_tls, &target, &upstream.url)?,
