@@ -59,7 +59,7 @@ pub(crate) async fn serve(
 
 fn respond(shared: &Arc<Shared>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     if request.uri().path() == "/reload" {
-        return crate::reload::respond(shared, request.method());
+        return crate::reload::respond(&shared.reload, shared.live(), request.method());
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".to_owned());

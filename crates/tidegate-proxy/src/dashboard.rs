@@ -25,7 +25,7 @@ use tidegate_core::priority::TIERS;
 use tokio::sync::watch;
 
 use crate::config::DashboardConfig;
-use crate::stream::End;
+use crate::stream_cap::End;
 use crate::upstream::Upstreams;
 use crate::would_shed::Reason;
 

@@ -36,8 +36,8 @@ use tidegate_core::lease::LeaseHeader;
 use crate::cutoff;
 use tidegate_core::limit::Outcome;
 use tidegate_tower::{Permit, default_outcome};
-use tokio::sync::watch;
 
+use crate::abandoned::Abandoned;
 use crate::classify::Classifier;
 use crate::config::OnClientGone;
 use crate::dashboard::{self, Dashboard};
@@ -47,11 +47,12 @@ use crate::grpc;
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
 use crate::pool::{Lent, SendError};
 use crate::refuse;
-use crate::reload::Reloader;
+use crate::reload::{Live, Reloader};
 use crate::request_body::{BodyState, RequestBody};
 use crate::shed::Refusals;
 use crate::stall::Stall;
 use crate::stream::{self, Streams};
+use crate::stream_cap::{End, Slot};
 use crate::trust::{Cidr, Peer};
 use crate::upstream::{Pick, Upstream, Upstreams};
 
@@ -128,6 +129,15 @@ impl Shared {
         }
     }
 
+    /// What a reload swaps and builds with.
+    pub(crate) fn live(&self) -> Live<'_> {
+        Live {
+            upstreams: &self.upstreams,
+            metrics: &self.metrics,
+            streams: &self.streams,
+        }
+    }
+
     /// Nanoseconds since the proxy started (never 0, which marks a healthy upstream).
     pub(crate) fn now(&self) -> u64 {
         let elapsed = self.clock.now().saturating_duration_since(self.epoch);
@@ -146,54 +156,6 @@ impl dashboard::Source for Shared {
 
     fn now(&self) -> u64 {
         Shared::now(self)
-    }
-}
-
-/// The exchanges whose client went away, left to run until their upstream answers (and the
-/// upgraded connections, [`crate::upgrade`]): the drain on shutdown waits for them as for
-/// connections, and cuts them with the connections.
-#[derive(Debug)]
-pub(crate) struct Abandoned {
-    running: watch::Sender<usize>,
-    cut: watch::Sender<bool>,
-}
-
-impl Default for Abandoned {
-    fn default() -> Abandoned {
-        Abandoned {
-            running: watch::Sender::new(0),
-            cut: watch::Sender::new(false),
-        }
-    }
-}
-
-impl Abandoned {
-    /// Until none runs.
-    pub(crate) async fn finished(&self) {
-        let _ = self.running.subscribe().wait_for(|n| *n == 0).await;
-    }
-
-    /// Ends every one at once, as cancelled; none starts after.
-    pub(crate) fn cut(&self) {
-        self.cut.send_replace(true);
-    }
-
-    /// How many run now.
-    pub(crate) fn running(&self) -> usize {
-        *self.running.borrow()
-    }
-
-    /// Turns true when they are cut.
-    pub(crate) fn cut_signal(&self) -> watch::Receiver<bool> {
-        self.cut.subscribe()
-    }
-
-    pub(crate) fn started(&self) {
-        self.running.send_modify(|n| *n += 1);
-    }
-
-    pub(crate) fn ended(&self) {
-        self.running.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -435,7 +397,7 @@ impl Drop for AtUpstream {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut cut = completion.shared.abandoned.cut.subscribe();
+        let mut cut = completion.shared.abandoned.cut_signal();
         if *cut.borrow() {
             return;
         }
@@ -856,7 +818,7 @@ impl ResponseBody {
 /// HTTP/1.1, its upstream connection (back to the pool when the body ends in good order).
 #[derive(Debug)]
 struct OpenStream {
-    slot: stream::Slot,
+    slot: Slot,
     lent: Lent,
     shared: Arc<Shared>,
     upstream: Arc<Upstream>,
@@ -868,13 +830,13 @@ impl OpenStream {
         let end = match error {
             None => {
                 upstream.pool.put(self.lent);
-                stream::End::Closed
+                End::Closed
             }
             // Silent past the idle timeout: not the upstream's failure.
-            Some(ErrorKind::Timeout) => stream::End::Idle,
+            Some(ErrorKind::Timeout) => End::Idle,
             Some(kind) => {
                 upstream.metrics.error(kind);
-                stream::End::Error
+                End::Error
             }
         };
         self.slot.end(end);

@@ -30,6 +30,7 @@
 //! `docs/proxy.md` is the user's guide: configuration, headers, status codes, metrics and
 //! shutdown.
 
+mod abandoned;
 mod accept;
 mod admin;
 mod checks;
@@ -57,6 +58,7 @@ mod server;
 mod shed;
 mod stall;
 mod stream;
+mod stream_cap;
 mod target;
 mod timed;
 mod tls;
@@ -69,6 +71,6 @@ pub use config::{Config, DEFAULT_CONFIG, Mode, UpstreamConfig};
 pub use error::Error;
 pub use handler::ERROR_HEADER;
 pub use readings::{GateReading, GateReadings};
-pub use reload::{Reload, ReloadError, ReloadSummary};
-pub use server::{Drained, Proxy};
+pub use reload::{ReloadError, ReloadSummary};
+pub use server::{Drained, Proxy, Reload};
 pub use trust::{Cidr, ParseCidrError};

@@ -1,5 +1,5 @@
 //! Live reload: a new configuration applied to a running proxy (SIGHUP in the CLI, `POST
-//! /reload` on the admin listener, [`Reload::apply`] in a program), without a restart.
+//! /reload` on the admin listener, [`Reload::apply`](crate::Reload::apply) in a program), without a restart.
 //!
 //! Why it must not start over: each gate holds what it learned about its upstream (the limit,
 //! the latency estimates, the regulator's state), and a restart forgets it, so the gate
@@ -25,8 +25,6 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{Method, Response, StatusCode, header};
 use http_body_util::Full;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -34,11 +32,10 @@ use crate::classify::Classifier;
 use crate::config::Config;
 use crate::config::Mode;
 use crate::error::Error;
-use crate::handler::Shared;
-use crate::server::Proxy;
+use crate::metrics::ProxyMetrics;
+use crate::stream::Streams;
 use crate::target::Target;
 use crate::upstream::{Upstream, Upstreams};
-use crate::would_shed;
 
 /// Where a reload reads the new configuration: a file, with the command line's overrides.
 type Source = Box<dyn Fn() -> Result<Config, Error> + Send + Sync>;
@@ -47,7 +44,7 @@ type Source = Box<dyn Fn() -> Result<Config, Error> + Send + Sync>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReloadError {
-    /// The proxy was given nothing to reload from ([`Proxy::reload_from`]).
+    /// The proxy was given nothing to reload from ([`Proxy::reload_from`](crate::Proxy::reload_from)).
     #[error("no configuration to reload from: the proxy was started without a source")]
     NoSource,
     /// The new configuration is invalid: the running one stays.
@@ -68,7 +65,15 @@ pub struct ReloadSummary {
     pub restart_needed: Vec<String>,
 }
 
-/// The proxy's reload state, in [`Shared`].
+/// What a reload swaps, and what the upstreams it builds register with: parts of the
+/// proxy's shared state.
+pub(crate) struct Live<'a> {
+    pub(crate) upstreams: &'a ArcSwap<Upstreams>,
+    pub(crate) metrics: &'a ProxyMetrics,
+    pub(crate) streams: &'a Streams,
+}
+
+/// The proxy's reload state, held with the rest of what its requests share.
 #[derive(Default)]
 pub(crate) struct Reloader {
     /// The configuration in force and the partitions its gates were built for; held for the
@@ -110,6 +115,14 @@ impl Reloader {
         *lock(&self.running) = Some(Running { config, partitions });
     }
 
+    /// Where reloads read the new configuration from; the first one set stays.
+    pub(crate) fn set_source(
+        &self,
+        source: impl Fn() -> Result<Config, Error> + Send + Sync + 'static,
+    ) {
+        let _ = self.source.set(Box::new(source));
+    }
+
     /// For `/status`: `{"applied": N, "refused": N, "last": {...}}`, `last` null before any.
     pub(crate) fn status(&self) -> Value {
         let history = lock(&self.history);
@@ -121,11 +134,11 @@ impl Reloader {
     }
 
     /// Reads the configuration from the source and applies it.
-    fn reload(&self, shared: &Shared) -> Result<ReloadSummary, ReloadError> {
+    pub(crate) fn reload(&self, live: Live<'_>) -> Result<ReloadSummary, ReloadError> {
         let result = match self.source.get() {
             Some(source) => source()
                 .map_err(ReloadError::from)
-                .and_then(|config| self.apply(shared, config)),
+                .and_then(|config| self.apply(live, config)),
             None => Err(ReloadError::NoSource),
         };
         self.record(&result);
@@ -133,7 +146,7 @@ impl Reloader {
     }
 
     /// Checks `new` and applies it (see the module docs).
-    fn apply(&self, shared: &Shared, new: Config) -> Result<ReloadSummary, ReloadError> {
+    pub(crate) fn apply(&self, live: Live<'_>, new: Config) -> Result<ReloadSummary, ReloadError> {
         new.validate()?;
         Classifier::new(&new)?;
         let mut running = lock(&self.running);
@@ -146,7 +159,7 @@ impl Reloader {
         applied.mode = new.mode;
         let restart_needed = restart_needed(&running.config, &new);
 
-        let current = shared.upstreams.load_full();
+        let current = live.upstreams.load_full();
         let mut summary = ReloadSummary {
             restart_needed,
             ..ReloadSummary::default()
@@ -180,8 +193,8 @@ impl Reloader {
                         &applied,
                         upstream,
                         &running.partitions,
-                        &shared.metrics,
-                        &shared.streams,
+                        live.metrics,
+                        live.streams,
                         upstream_tls.as_ref(),
                     )?;
                     list.push(Arc::new(built));
@@ -198,13 +211,13 @@ impl Reloader {
         for (upstream, dry_run) in modes {
             upstream.dry_run.store(dry_run, Ordering::Relaxed);
         }
-        shared.upstreams.store(Arc::new(Upstreams::new(list)));
+        live.upstreams.store(Arc::new(Upstreams::new(list)));
         running.config = applied;
         Ok(summary)
     }
 
     /// Logs the outcome of a reload and keeps it for `/status`.
-    fn record(&self, result: &Result<ReloadSummary, ReloadError>) {
+    pub(crate) fn record(&self, result: &Result<ReloadSummary, ReloadError>) {
         let at_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -281,7 +294,11 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
 }
 
 /// Answers `/reload` on the admin listener: `POST` reloads from the source.
-pub(crate) fn respond(shared: &Shared, method: &Method) -> Response<Full<Bytes>> {
+pub(crate) fn respond(
+    reloader: &Reloader,
+    live: Live<'_>,
+    method: &Method,
+) -> Response<Full<Bytes>> {
     if method != Method::POST {
         let mut response = Response::new(Full::new(Bytes::from_static(b"POST only\n")));
         *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -290,7 +307,7 @@ pub(crate) fn respond(shared: &Shared, method: &Method) -> Response<Full<Bytes>>
             .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
         return response;
     }
-    let (status, body) = match shared.reload.reload(shared) {
+    let (status, body) = match reloader.reload(live) {
         Ok(summary) => (StatusCode::OK, json!({ "ok": true, "summary": summary })),
         Err(error) => {
             let status = match error {
@@ -307,72 +324,4 @@ pub(crate) fn respond(shared: &Shared, method: &Method) -> Response<Full<Bytes>>
         header::HeaderValue::from_static("application/json"),
     );
     response
-}
-
-/// A handle that reloads a running proxy: for a signal handler, or a program that builds
-/// its configuration itself. Clone it freely.
-#[derive(Clone, Debug)]
-pub struct Reload {
-    shared: Arc<Shared>,
-}
-
-impl Reload {
-    /// Reads the configuration from the proxy's source ([`Proxy::reload_from`]) and applies
-    /// it; the outcome is logged and shown in `/status`.
-    pub fn reload(&self) -> Result<ReloadSummary, ReloadError> {
-        self.shared.reload.reload(&self.shared)
-    }
-
-    /// Applies `config`; the outcome is logged and shown in `/status`.
-    pub fn apply(&self, config: Config) -> Result<ReloadSummary, ReloadError> {
-        let result = self.shared.reload.apply(&self.shared, config);
-        self.shared.reload.record(&result);
-        result
-    }
-}
-
-impl Proxy {
-    /// Where `SIGHUP`-style reloads and `POST /reload` read the new configuration: typically
-    /// the file the proxy started from, with the same command-line overrides. Without it,
-    /// `POST /reload` answers 404.
-    pub fn reload_from(&self, source: impl Fn() -> Result<Config, Error> + Send + Sync + 'static) {
-        let _ = self.shared.reload.source.set(Box::new(source));
-    }
-
-    /// A handle that reloads this proxy while it runs (take it before
-    /// [`run`](Proxy::run) consumes the proxy).
-    pub fn reloader(&self) -> Reload {
-        Reload {
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// Every gate's metrics, read from the upstreams in force when scraped: a reload's new
-/// gates appear, removed ones disappear (registering each gate in the registry would keep a
-/// removed gate's metrics, and the gate, forever).
-#[derive(Debug)]
-pub(crate) struct LiveGates {
-    upstreams: Arc<ArcSwap<Upstreams>>,
-}
-
-impl LiveGates {
-    pub(crate) fn new(upstreams: Arc<ArcSwap<Upstreams>>) -> LiveGates {
-        LiveGates { upstreams }
-    }
-}
-
-impl Collector for LiveGates {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let upstreams = self.upstreams.load();
-        for slot in upstreams.gates() {
-            tidegate_tower::metrics::encode(&mut encoder, &slot.gate, &slot.name)?;
-        }
-        would_shed::encode(
-            &mut encoder,
-            upstreams
-                .gates()
-                .map(|slot| (slot.name.as_str(), &*slot.would_shed)),
-        )
-    }
 }

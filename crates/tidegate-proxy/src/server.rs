@@ -22,10 +22,10 @@ use crate::forward::Forwarding;
 use crate::handler::Shared;
 use crate::metrics::ProxyMetrics;
 use crate::readings::GateReadings;
-use crate::reload::LiveGates;
+use crate::reload::{ReloadError, ReloadSummary};
 use crate::stream::Streams;
 use crate::trust::Peer;
-use crate::upstream::{Upstream, Upstreams};
+use crate::upstream::{LiveGates, Upstream, Upstreams};
 use crate::{admin, dashboard, recovery, tls};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run).
@@ -253,4 +253,43 @@ fn bind(addr: SocketAddr, role: &'static str, backlog: u32) -> Result<TcpListene
     socket.set_reuseaddr(true).map_err(fail)?;
     socket.bind(addr).map_err(fail)?;
     socket.listen(backlog).map_err(fail)
+}
+
+/// A handle that reloads a running proxy: for a signal handler, or a program that builds
+/// its configuration itself. Clone it freely.
+#[derive(Clone, Debug)]
+pub struct Reload {
+    shared: Arc<Shared>,
+}
+
+impl Reload {
+    /// Reads the configuration from the proxy's source ([`Proxy::reload_from`]) and applies
+    /// it; the outcome is logged and shown in `/status`.
+    pub fn reload(&self) -> Result<ReloadSummary, ReloadError> {
+        self.shared.reload.reload(self.shared.live())
+    }
+
+    /// Applies `config`; the outcome is logged and shown in `/status`.
+    pub fn apply(&self, config: Config) -> Result<ReloadSummary, ReloadError> {
+        let result = self.shared.reload.apply(self.shared.live(), config);
+        self.shared.reload.record(&result);
+        result
+    }
+}
+
+impl Proxy {
+    /// Where `SIGHUP`-style reloads and `POST /reload` read the new configuration: typically
+    /// the file the proxy started from, with the same command-line overrides. Without it,
+    /// `POST /reload` answers 404.
+    pub fn reload_from(&self, source: impl Fn() -> Result<Config, Error> + Send + Sync + 'static) {
+        self.shared.reload.set_source(source);
+    }
+
+    /// A handle that reloads this proxy while it runs (take it before
+    /// [`run`](Proxy::run) consumes the proxy).
+    pub fn reloader(&self) -> Reload {
+        Reload {
+            shared: self.shared.clone(),
+        }
+    }
 }

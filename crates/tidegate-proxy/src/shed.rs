@@ -10,8 +10,8 @@
 //! `100 Continue` never gets it, so it never sends the body. A bodiless request, the common
 //! case, keeps its connection.
 //! The values of `Retry-After` and of every possible `tidegate-cutoff` are made here once;
-//! the regulator's cut-off comes with the gate's decision ([`Shed::cutoff_rank`]), without
-//! locking the gate again.
+//! the body is the caller's type, left empty (`R::default()`); the regulator's cut-off comes
+//! with the gate's decision ([`Shed::cutoff_rank`]), without locking the gate again.
 
 use std::time::Duration;
 
@@ -25,7 +25,6 @@ use tidegate_tower::Shed;
 use tidegate_tower::error::REASON_HEADER;
 
 use crate::cutoff;
-use crate::handler::ResponseBody;
 
 /// What every refusal says, made once.
 #[derive(Debug)]
@@ -60,11 +59,11 @@ impl Refusals {
 
     /// The answer to a request the gate shed: the status, `Retry-After`, the reason in
     /// `tidegate-shed`, and the regulator's cut-off when it cuts by rank.
-    pub(crate) fn shed<B: Body>(
+    pub(crate) fn shed<B: Body, R: Default>(
         &self,
         shed: &Shed,
         request: &Request<B>,
-    ) -> Response<ResponseBody> {
+    ) -> Response<R> {
         let state = RegulatorState {
             cutoff_rank: shed.cutoff_rank(),
             ..RegulatorState::default()
@@ -75,27 +74,27 @@ impl Refusals {
 
     /// A request shed on the upstream's cut-off at `rank`: the reason `cutoff`, and the
     /// cut-off passed on to the caller.
-    pub(crate) fn cutoff<B: Body>(
+    pub(crate) fn cutoff<B: Body, R: Default>(
         &self,
         rank: u16,
         request: &Request<B>,
-    ) -> Response<ResponseBody> {
+    ) -> Response<R> {
         self.refusal("cutoff", Some(rank), request)
     }
 
     /// A stream asked for while its upstream has `streams.max_per_upstream` open: the reason
     /// `streams` ([`crate::stream`]).
-    pub(crate) fn streams<B: Body>(&self, request: &Request<B>) -> Response<ResponseBody> {
+    pub(crate) fn streams<B: Body, R: Default>(&self, request: &Request<B>) -> Response<R> {
         self.refusal("streams", None, request)
     }
 
-    fn refusal<B: Body>(
+    fn refusal<B: Body, R: Default>(
         &self,
         reason: &'static str,
         cutoff_rank: Option<u16>,
         request: &Request<B>,
-    ) -> Response<ResponseBody> {
-        let mut response = Response::new(ResponseBody::default());
+    ) -> Response<R> {
+        let mut response = Response::new(R::default());
         *response.status_mut() = self.status;
         let headers = response.headers_mut();
         headers.reserve(3);
@@ -119,20 +118,20 @@ mod tests {
     fn refusals_say_the_status_the_retry_and_the_cutoff_in_force() {
         let refusals = Refusals::new(StatusCode::TOO_MANY_REQUESTS, Duration::from_millis(1500));
         let bodiless = Request::new(http_body_util::Empty::<bytes::Bytes>::new());
-        let response = refusals.cutoff(17, &bodiless);
+        let response: Response<()> = refusals.cutoff(17, &bodiless);
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[http::header::RETRY_AFTER], "2");
         assert_eq!(response.headers()[REASON_HEADER], "cutoff");
         assert_eq!(response.headers()[&cutoff::HEADER], "rank=17, ttl=250ms");
         let last = u16::try_from(RANKS - 1).unwrap_or(u16::MAX);
         assert_eq!(
-            refusals.cutoff(last, &bodiless).headers()[&cutoff::HEADER],
+            refusals.cutoff::<_, ()>(last, &bodiless).headers()[&cutoff::HEADER],
             "rank=767, ttl=250ms"
         );
         assert!(!response.headers().contains_key(CONNECTION));
         let with_body = Request::new(http_body_util::Full::new(bytes::Bytes::from("x")));
         assert_eq!(
-            refusals.cutoff(3, &with_body).headers()[CONNECTION],
+            refusals.cutoff::<_, ()>(3, &with_body).headers()[CONNECTION],
             "close"
         );
     }

@@ -51,8 +51,9 @@ use prometheus_client::registry::Registry;
 use serde::{Deserialize, Deserializer, Serialize};
 use tidegate_core::Nanos;
 
+use crate::abandoned::Abandoned;
 use crate::checks::refuse;
-use crate::handler::Abandoned;
+use crate::stream_cap::{End, Slot, UpstreamStreams};
 use crate::upgrade::Upgrade;
 
 /// Long-lived streams (`[streams]`).
@@ -132,134 +133,6 @@ fn content_types<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Strin
 fn idle_timeout<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Nanos, D::Error> {
     let timeout = Nanos::deserialize(deserializer)?;
     refuse::<D, _>(timeout.is_zero().then(|| ZERO_TIMEOUT.to_owned()), timeout)
-}
-
-/// How a stream ended, for `tidegate_streams_total{outcome}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum End {
-    /// Closed by either side in good order.
-    Closed,
-    /// Broken: the upstream failed mid-stream, or a connection was reset.
-    Error,
-    /// Nothing came for `streams.idle_timeout`.
-    Idle,
-    /// The client went away (or the proxy cut its connection after the drain timeout).
-    Cancelled,
-    /// Refused at once: the upstream had `streams.max_per_upstream` open.
-    Refused,
-    /// Recognised on its response when the cap was full: served as an ordinary request.
-    OverCap,
-}
-
-impl End {
-    const ALL: [End; 6] = [
-        End::Closed,
-        End::Error,
-        End::Idle,
-        End::Cancelled,
-        End::Refused,
-        End::OverCap,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            End::Closed => "closed",
-            End::Error => "error",
-            End::Idle => "idle",
-            End::Cancelled => "cancelled",
-            End::Refused => "refused",
-            End::OverCap => "over_cap",
-        }
-    }
-}
-
-/// One upstream's streams: its cap and its metric handles.
-#[derive(Debug)]
-pub(crate) struct UpstreamStreams {
-    max: i64,
-    /// Open, or asked for and waiting for their response headers.
-    open: Gauge,
-    ends: [Counter; End::ALL.len()],
-    durations: Histogram,
-}
-
-impl UpstreamStreams {
-    /// A place under the cap, or `None` when it is full (the caller counts that as it
-    /// means: refused for a request, over the cap for a response).
-    fn take(self: &Arc<Self>) -> Option<Slot> {
-        if self.open.inc() >= self.max {
-            self.open.dec();
-            return None;
-        }
-        Some(Slot {
-            streams: self.clone(),
-            opened: None,
-        })
-    }
-
-    fn count(&self, end: End) {
-        self.ends[end as usize].inc();
-    }
-
-    /// Streams open now.
-    pub(crate) fn open(&self) -> i64 {
-        self.open.get()
-    }
-
-    /// `streams.max_per_upstream`.
-    pub(crate) fn max(&self) -> i64 {
-        self.max
-    }
-
-    /// Streams that ended with `end` so far.
-    pub(crate) fn ended(&self, end: End) -> u64 {
-        self.ends[end as usize].get()
-    }
-
-    /// Streams that were open and ended so far, however.
-    pub(crate) fn ended_in_all(&self) -> u64 {
-        [End::Closed, End::Error, End::Idle, End::Cancelled]
-            .iter()
-            .map(|end| self.ended(*end))
-            .sum()
-    }
-}
-
-/// A place under an upstream's cap. Dropped before [`Slot::opened`], it is given back
-/// uncounted (the response was not a stream); after, it counts its stream as cancelled
-/// unless [`Slot::end`] said otherwise.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    streams: Arc<UpstreamStreams>,
-    /// When the stream's response headers came.
-    opened: Option<tokio::time::Instant>,
-}
-
-impl Slot {
-    /// The stream is open: from now on it is counted when it ends.
-    pub(crate) fn opened(&mut self) {
-        self.opened = Some(tokio::time::Instant::now());
-    }
-
-    pub(crate) fn end(mut self, end: End) {
-        self.finish(end);
-    }
-
-    fn finish(&mut self, end: End) {
-        if let Some(opened) = self.opened.take() {
-            self.streams.count(end);
-            self.streams
-                .durations
-                .observe(opened.elapsed().as_secs_f64());
-        }
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.finish(End::Cancelled);
-        self.streams.open.dec();
-    }
 }
 
 /// A request that may become a stream, on its way to the upstream.
@@ -359,16 +232,16 @@ impl Streams {
     /// The streams of the upstream named `name`, its series registered at zero.
     pub(crate) fn upstream(&self, name: &str) -> Arc<UpstreamStreams> {
         let label = || ("upstream", name.to_owned());
-        Arc::new(UpstreamStreams {
-            max: self.max,
-            open: self.open.get_or_create(&vec![label()]).clone(),
-            ends: End::ALL.map(|end| {
+        Arc::new(UpstreamStreams::new(
+            self.max,
+            self.open.get_or_create(&vec![label()]).clone(),
+            End::ALL.map(|end| {
                 self.ends
                     .get_or_create(&vec![label(), ("outcome", end.as_str().to_owned())])
                     .clone()
             }),
-            durations: self.durations.get_or_create(&vec![label()]).clone(),
-        })
+            self.durations.get_or_create(&vec![label()]).clone(),
+        ))
     }
 
     /// Whether `request`, about to go to the upstream of `streams`, asks for a stream; if

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::handler::Shared;
-use crate::stream::{End, Slot};
+use crate::stream_cap::{End, Slot};
 
 static UPGRADE_TOKEN: HeaderValue = HeaderValue::from_static("upgrade");
 

@@ -23,6 +23,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
 use tidegate_core::Nanos;
 use tidegate_tower::SharedGate;
 
@@ -82,7 +85,7 @@ pub(crate) struct Upstream {
     /// `mode = "dry-run"` ([`crate::dry_run`]); a reload may change it.
     pub(crate) dry_run: std::sync::atomic::AtomicBool,
     /// Its long-lived streams, under their own cap ([`crate::stream`]).
-    pub(crate) streams: std::sync::Arc<crate::stream::UpstreamStreams>,
+    pub(crate) streams: std::sync::Arc<crate::stream_cap::UpstreamStreams>,
 }
 
 impl Upstream {
@@ -384,6 +387,35 @@ impl Upstreams {
             }),
             None => Err(earliest),
         }
+    }
+}
+
+/// Every gate's metrics, read from the upstreams in force when scraped: a reload's new
+/// gates appear, removed ones disappear (registering each gate in the registry would keep a
+/// removed gate's metrics, and the gate, forever).
+#[derive(Debug)]
+pub(crate) struct LiveGates {
+    upstreams: Arc<ArcSwap<Upstreams>>,
+}
+
+impl LiveGates {
+    pub(crate) fn new(upstreams: Arc<ArcSwap<Upstreams>>) -> LiveGates {
+        LiveGates { upstreams }
+    }
+}
+
+impl Collector for LiveGates {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let upstreams = self.upstreams.load();
+        for slot in upstreams.gates() {
+            tidegate_tower::metrics::encode(&mut encoder, &slot.gate, &slot.name)?;
+        }
+        crate::would_shed::encode(
+            &mut encoder,
+            upstreams
+                .gates()
+                .map(|slot| (slot.name.as_str(), &*slot.would_shed)),
+        )
     }
 }
 
