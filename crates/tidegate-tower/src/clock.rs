@@ -65,6 +65,7 @@ impl Clock {
     }
 
     /// Nanoseconds since the gate was made.
+    #[inline(always)]
     pub(crate) fn now(&self) -> Time {
         match self {
             Clock::Tokio { epoch } => Time::ZERO + Nanos::from(epoch.elapsed()),

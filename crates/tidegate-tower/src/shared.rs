@@ -198,6 +198,7 @@ impl fmt::Debug for SharedGate {
 }
 
 impl Inner {
+    #[inline(always)]
     fn now(&self) -> Time {
         self.clock.now()
     }
@@ -224,6 +225,7 @@ impl Inner {
         state
     }
 
+    #[inline(always)]
     fn tick_due(&self, now: Time) -> bool {
         now.as_nanos() >= self.next_tick.load(Ordering::Relaxed)
     }
@@ -360,6 +362,7 @@ enum AcquireState {
 impl fmt::Debug for Acquire {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
+            _ if self.gate.is_none() => "done",
             AcquireState::Start => "start",
             AcquireState::Queued { .. } => "queued",
             AcquireState::Done => "done",
@@ -384,25 +387,22 @@ impl Acquire {
             Err(reason) => Err(Shed::new(reason, gate.retry_after, gate.cutoff_rank())),
         })
     }
-}
 
-impl Future for Acquire {
-    type Output = Result<Permit, Shed>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
+    /// [`Acquire::poll`] through the lock: an arrival with no lent slot to take (read at
+    /// `now`), or a queued one.
+    #[inline(never)]
+    fn poll_locked(
+        &mut self,
+        now: Option<Time>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Permit, Shed>> {
+        let this = self;
         let Some(gate) = this.gate.as_ref() else {
             panic!("`Acquire` polled after completion")
         };
         match &mut this.state {
             AcquireState::Start => {
-                let now = gate.now();
-                if !gate.tick_due(now)
-                    && let Some(inflight) = gate.credits.take()
-                {
-                    let permit = LentPermit::new(this.priority, now, inflight);
-                    return this.finish(Ok(Held::Lent(permit)));
-                }
+                let now = now.unwrap_or_else(|| gate.now());
                 let mut state = gate.lock();
                 // The credits go back to the core before it decides: it must see the
                 // service as it is.
@@ -436,7 +436,7 @@ impl Future for Acquire {
                 match result {
                     Some(result) => this.finish(result),
                     // The queue may already have moved (settle delivers events).
-                    None => Pin::new(this).poll(cx),
+                    None => this.poll_locked(None, cx),
                 }
             }
             AcquireState::Queued { ticket, deadline } => {
@@ -487,10 +487,11 @@ impl Future for Acquire {
             AcquireState::Done => panic!("`Acquire` polled after completion"),
         }
     }
-}
 
-impl Drop for Acquire {
-    fn drop(&mut self) {
+    /// The caller went away while the request was queued: out of the queue, or its slot back
+    /// if it was admitted meanwhile.
+    #[inline(never)]
+    fn leave_queue(&mut self) {
         let (AcquireState::Queued { ticket, .. }, Some(gate)) = (&self.state, &self.gate) else {
             return;
         };
@@ -505,6 +506,44 @@ impl Drop for Acquire {
             }
         }
         gate.settle(&mut state, now);
+    }
+}
+
+impl Future for Acquire {
+    type Output = Result<Permit, Shed>;
+
+    /// The lent slot, the common case, inlined into the caller: the permit is built where
+    /// the caller keeps it, and the future's state, still `Start`, has nothing to drop.
+    /// Everything else (the lock, the queue) is [`Acquire::poll_locked`], out of line.
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let now = match (&this.state, &this.gate) {
+            (AcquireState::Start, Some(gate)) => {
+                let now = gate.now();
+                if !gate.tick_due(now)
+                    && let Some(inflight) = gate.credits.take()
+                    && let Some(gate) = this.gate.take()
+                {
+                    // The state stays `Start`, with nothing to drop: the gate gone is what
+                    // marks the future done.
+                    let permit = LentPermit::new(this.priority, now, inflight);
+                    return Poll::Ready(Ok(Permit::new(gate, Held::Lent(permit))));
+                }
+                Some(now)
+            }
+            _ => None,
+        };
+        this.poll_locked(now, cx)
+    }
+}
+
+impl Drop for Acquire {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let AcquireState::Queued { .. } = self.state {
+            self.leave_queue();
+        }
     }
 }
 
