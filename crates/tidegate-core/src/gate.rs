@@ -331,6 +331,8 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct Gate {
     limit: Box<dyn Limit>,
+    /// [`Limit::is_fixed`], asked once.
+    fixed: bool,
     regulator: Box<dyn Regulator>,
     queue: PriorityQueue,
     config: QueueConfig,
@@ -357,6 +359,7 @@ impl Gate {
     pub fn new(limit: Box<dyn Limit>, regulator: Box<dyn Regulator>, config: QueueConfig) -> Gate {
         let effective_limit = limit.limit().max(1);
         Gate {
+            fixed: limit.is_fixed(),
             limit,
             regulator,
             queue: PriorityQueue::new(),
@@ -759,14 +762,15 @@ impl Gate {
 
     /// Whether a request may go in now: a slot is free, or the driver's own delays hold the
     /// slots more than the service does, by over a millisecond ([`OwnDelay`]). Then the
-    /// driver, not the service, is the bottleneck, and the limit does not bind: it would
+    /// driver, not the service, is the bottleneck, and a learnt limit does not bind: it would
     /// only turn away, at the driver's cost, requests the driver has already read and the
     /// service has room for. (A proxy bounds what it reads by its connections;
     /// docs/performance.md, "The proxy-bound overload".) A lease binds always: it is the
-    /// service's own word. A driver that measures nothing is never in this case.
+    /// service's own word; and so does a fixed limit ([`Limit::is_fixed`]): it is the
+    /// operator's. A driver that measures nothing is never in this case.
     fn has_room(&self, now: Time) -> bool {
         self.inflight < self.effective_limit
-            || (self.lease.is_none() && self.own_delay.dominates(now))
+            || (self.lease.is_none() && !self.fixed && self.own_delay.dominates(now))
     }
 
     /// Ends a lease whose time is up; the limit is the algorithm's again, and whoever waits

@@ -249,7 +249,10 @@ mod tests {
         latency.record(at(2_000), Nanos::from_millis(5));
         let later = latency.mean().expect("fed");
         let weight = 1.0 - (-(2.0 - 0.0495f64)).exp();
-        assert!((later - (mean + weight * (5e-3 - mean))).abs() < 1e-12, "{later}");
+        assert!(
+            (later - (mean + weight * (5e-3 - mean))).abs() < 1e-12,
+            "{later}"
+        );
     }
 
     #[test]

@@ -554,9 +554,13 @@ fn the_limit_does_not_bind_while_the_drivers_own_delays_hold_the_slots() {
     let _held = admitted(gate.arrive(t(40), p(1, 0)));
     let _waits = queued(gate.arrive(t(41), p(1, 0)));
 
-    // Held 40 ms, 1 of them at the service: the driver is the bottleneck. The limit does not
-    // bind: the queued requests go in together, and new ones at once.
-    let mut gate = fixed_gate(1, QueueConfig::default());
+    // Held 40 ms, 1 of them at the service: the driver is the bottleneck. A learnt limit
+    // does not bind: the queued requests go in together, and new ones at once.
+    let mut gate = Gate::new(
+        Box::new(Manual(Arc::new(AtomicU32::new(1)))),
+        Box::new(Off),
+        QueueConfig::default(),
+    );
     let mut first = admitted(gate.arrive(t(0), p(1, 0)));
     let waited = [
         queued(gate.arrive(t(0), p(1, 0))),
@@ -578,4 +582,15 @@ fn the_limit_does_not_bind_while_the_drivers_own_delays_hold_the_slots() {
 
     // A second without a measured answer: the limit binds again.
     let _waits = queued(gate.arrive(t(1_100), p(1, 0)));
+
+    // A fixed limit is the operator's bound: it binds whatever the driver's delays.
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let mut first = admitted(gate.arrive(t(0), p(1, 0)));
+    let _waits = queued(gate.arrive(t(0), p(1, 0)));
+    first.measured(ms(1));
+    gate.complete(t(40), first, Outcome::Success);
+    assert!(matches!(events(&mut gate)[..], [Event::Admitted { .. }]));
+    let _waits = queued(gate.arrive(t(41), p(1, 0)));
+    assert_eq!((gate.inflight(), gate.queued()), (1, 1));
+    reconciles(&gate);
 }

@@ -51,6 +51,10 @@ impl Limit for Fixed {
     }
 
     fn on_sample(&mut self, _: &Sample) {}
+
+    fn is_fixed(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

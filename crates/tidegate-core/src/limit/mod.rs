@@ -58,6 +58,14 @@ pub trait Limit: Send + fmt::Debug {
     /// Learns from one finished request. Samples arrive in completion order, with `now`
     /// non-decreasing.
     fn on_sample(&mut self, sample: &Sample);
+
+    /// Whether the limit is an operator's bound rather than an estimate: the gate then holds
+    /// to it where it would let requests past an estimate (while the driver's own delays,
+    /// not the service, hold the slots). A fixed limit is often a hard fact of the service
+    /// (a pool of connections, a licence), which no measurement of the driver changes.
+    fn is_fixed(&self) -> bool {
+        false
+    }
 }
 
 impl<L: Limit + ?Sized> Limit for Box<L> {
@@ -66,5 +74,8 @@ impl<L: Limit + ?Sized> Limit for Box<L> {
     }
     fn on_sample(&mut self, sample: &Sample) {
         (**self).on_sample(sample)
+    }
+    fn is_fixed(&self) -> bool {
+        (**self).is_fixed()
     }
 }
