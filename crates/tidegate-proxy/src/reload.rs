@@ -1,5 +1,6 @@
 //! Live reload: a new configuration applied to a running proxy (SIGHUP in the CLI, `POST
-//! /reload` on the admin listener, [`Reload::apply`](crate::Reload::apply) in a program), without a restart.
+//! /reload` on the admin listener, [`Reload::apply`](crate::Reload::apply) in a program),
+//! without a restart.
 //!
 //! Why it must not start over: each gate holds what it learned about its upstream (the limit,
 //! the latency estimates, the regulator's state), and a restart forgets it, so the gate
@@ -29,8 +30,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::classify::Classifier;
-use crate::config::Config;
-use crate::config::Mode;
+use crate::config::{Config, Mode};
 use crate::error::Error;
 use crate::metrics::ProxyMetrics;
 use crate::stream::Streams;
@@ -44,7 +44,8 @@ type Source = Box<dyn Fn() -> Result<Config, Error> + Send + Sync>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReloadError {
-    /// The proxy was given nothing to reload from ([`Proxy::reload_from`](crate::Proxy::reload_from)).
+    /// The proxy was given nothing to reload from
+    /// ([`Proxy::reload_from`](crate::Proxy::reload_from)).
     #[error("no configuration to reload from: the proxy was started without a source")]
     NoSource,
     /// The new configuration is invalid: the running one stays.
@@ -138,15 +139,26 @@ impl Reloader {
         let result = match self.source.get() {
             Some(source) => source()
                 .map_err(ReloadError::from)
-                .and_then(|config| self.apply(live, config)),
+                .and_then(|config| self.swap(live, config)),
             None => Err(ReloadError::NoSource),
         };
         self.record(&result);
         result
     }
 
+    /// Checks `config` and applies it; the outcome is logged and kept for `/status`.
+    pub(crate) fn apply(
+        &self,
+        live: Live<'_>,
+        config: Config,
+    ) -> Result<ReloadSummary, ReloadError> {
+        let result = self.swap(live, config);
+        self.record(&result);
+        result
+    }
+
     /// Checks `new` and applies it (see the module docs).
-    pub(crate) fn apply(&self, live: Live<'_>, new: Config) -> Result<ReloadSummary, ReloadError> {
+    fn swap(&self, live: Live<'_>, new: Config) -> Result<ReloadSummary, ReloadError> {
         new.validate()?;
         Classifier::new(&new)?;
         let mut running = lock(&self.running);
@@ -217,7 +229,7 @@ impl Reloader {
     }
 
     /// Logs the outcome of a reload and keeps it for `/status`.
-    pub(crate) fn record(&self, result: &Result<ReloadSummary, ReloadError>) {
+    fn record(&self, result: &Result<ReloadSummary, ReloadError>) {
         let at_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));

@@ -271,9 +271,7 @@ impl Reload {
 
     /// Applies `config`; the outcome is logged and shown in `/status`.
     pub fn apply(&self, config: Config) -> Result<ReloadSummary, ReloadError> {
-        let result = self.shared.reload.apply(self.shared.live(), config);
-        self.shared.reload.record(&result);
-        result
+        self.shared.reload.apply(self.shared.live(), config)
     }
 }
 

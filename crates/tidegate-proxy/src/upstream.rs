@@ -30,8 +30,7 @@ use tidegate_core::Nanos;
 use tidegate_tower::SharedGate;
 
 use crate::classify::DEFAULT_PARTITION;
-use crate::config::Mode;
-use crate::config::{Config, EjectionConfig, UpstreamConfig};
+use crate::config::{Config, EjectionConfig, Mode, UpstreamConfig};
 use crate::error::Error;
 use crate::metrics::{ErrorKind, ProxyMetrics, UpstreamMetrics};
 use crate::pool::{Pool, PoolConfig};
