@@ -28,9 +28,6 @@ pub(super) struct ServiceLatency {
     previous: Option<Nanos>,
     /// Mean rtt in seconds, and when it was last fed.
     mean: Option<(Time, f64)>,
-    /// When the first answer came, and how many answers the mean holds while that is under a
-    /// time constant ago (see [`ServiceLatency::record`]).
-    first: Option<(Time, u32)>,
 }
 
 impl ServiceLatency {
@@ -47,23 +44,6 @@ impl ServiceLatency {
             None => Some((now, rtt)),
         };
         let rtt = rtt.as_secs_f64();
-        // Within a time constant of the first answer, the mean is the plain mean of the
-        // answers so far. Seeded by the first answer and moved by the time since it, the mean
-        // gave that answer the weight of a whole time constant; and the first answers are the
-        // short ones (they finish first). In front of exponential work with a 1 ms mean, the
-        // mean read 30-300 us for its first second, the wait bound took waits to be 10-40
-        // times shorter than they were, and 200 requests queued for 13 ms behind callers
-        // who gave up after 10.
-        let (since, answers) = *self.first.get_or_insert((now, 0));
-        if now.saturating_since(since).as_secs_f64() < MEAN_TIME_CONSTANT {
-            let answers = answers.saturating_add(1);
-            self.first = Some((since, answers));
-            let mean = self
-                .mean
-                .map_or(rtt, |(_, mean)| mean + (rtt - mean) / f64::from(answers));
-            self.mean = Some((now, mean));
-            return;
-        }
         self.mean = Some(match self.mean {
             Some((last, mean)) => {
                 let dt = now.saturating_since(last).as_secs_f64();
@@ -228,31 +208,6 @@ mod tests {
         assert_eq!(latency.fastest(), Some(Nanos::from_millis(2)));
         latency.record(at(20_000), Nanos::from_millis(25));
         assert_eq!(latency.fastest(), Some(Nanos::from_millis(20)));
-    }
-
-    #[test]
-    fn the_first_answer_weighs_no_more_than_the_others() {
-        // The fastest answer first (3 us), then 99 answers at 1 ms within 50 ms: the mean is
-        // theirs, not the first one's (seeded by it and moved by the time since, it read
-        // about 50 us).
-        let mut latency = ServiceLatency::default();
-        latency.record(at(0), Nanos::from_micros(3));
-        for i in 1..100 {
-            latency.record(
-                Time::ZERO + Nanos::from_micros(500 * i),
-                Nanos::from_millis(1),
-            );
-        }
-        let mean = latency.mean().expect("fed");
-        assert!((mean - 0.99e-3).abs() < 1e-5, "{mean}");
-        // Past a time constant, the mean moves with the time since its last answer.
-        latency.record(at(2_000), Nanos::from_millis(5));
-        let later = latency.mean().expect("fed");
-        let weight = 1.0 - (-(2.0 - 0.0495f64)).exp();
-        assert!(
-            (later - (mean + weight * (5e-3 - mean))).abs() < 1e-12,
-            "{later}"
-        );
     }
 
     #[test]

@@ -528,9 +528,6 @@ pub struct Autotune {
     samples: u32,
     successes: u32,
     drops: u32,
-    /// Of `drops`, those that took at least the smoothed rtt (see
-    /// [`Autotune::late_drops_beyond_doubt`]).
-    late_drops: u32,
     success_rtt: Nanos,
     /// Sum of the squared rtts of the window's successes, in seconds squared: the spread
     /// that tells a queue from the service's own variability (see [`Autotune::noise`]).
@@ -586,7 +583,6 @@ impl Autotune {
             samples: 0,
             successes: 0,
             drops: 0,
-            late_drops: 0,
             success_rtt: Nanos::ZERO,
             success_rtt_sq: 0.0,
             srtt_var: 0.0,
@@ -609,7 +605,6 @@ impl Autotune {
         self.samples = 0;
         self.successes = 0;
         self.drops = 0;
-        self.late_drops = 0;
         self.success_rtt = Nanos::ZERO;
         self.success_rtt_sq = 0.0;
         self.inflight_sum = 0;
@@ -890,26 +885,6 @@ impl Autotune {
     /// two drops; 2 s of work at 30 workers, 36% -> 98%).
     fn drops_call_for_backoff(&self, fraction: f64) -> bool {
         fraction > self.config.drop_tolerance && self.drops >= 2
-    }
-
-    /// Whether the window's late drops (answers past the caller's patience, or timed out:
-    /// those that took at least the smoothed rtt) already exceed the tolerated share beyond
-    /// doubt, by [`CLEAR_EXCESS`] standard errors of a binomial count at that share: news to
-    /// act on at once, as a clear excess of latency is. A window's length is set by its
-    /// answers' rtt, and a window of drops has few answers: one worker answering in a
-    /// millisecond, whose queue had grown past its callers' 10 ms timeout, answered 487
-    /// requests late in one 500 ms window before the limit backed off. Late only: refusals
-    /// of a full service queue come in bursts at no cost in time, and closing windows on
-    /// them backed limits off on every burst.
-    fn late_drops_beyond_doubt(&self) -> bool {
-        if self.late_drops < 2 {
-            return false;
-        }
-        let n = f64::from(self.samples);
-        let tolerated = self.config.drop_tolerance.clamp(f64::MIN_POSITIVE, 1.0);
-        let excess = f64::from(self.late_drops) - tolerated * n;
-        excess > 0.0
-            && excess * excess > CLEAR_EXCESS * CLEAR_EXCESS * n * tolerated * (1.0 - tolerated)
     }
 
     /// Judges a trial once a whole span at its limit is measured; returns whether it ended
@@ -1330,20 +1305,13 @@ impl Limit for Autotune {
             self.success_rtt_sq += rtt * rtt;
         } else {
             self.drops += 1;
-            if self
-                .srtt
-                .is_some_and(|srtt| sample.rtt.as_secs_f64() >= srtt)
-            {
-                self.late_drops += 1;
-            }
         }
         // Multiplied out: `elapsed >= WINDOW_RTTS x mean rtt`, without a division per sample.
         let elapsed = sample.now.saturating_since(self.window_start);
         let due = elapsed >= self.config.window
             || (self.successes > 0
                 && elapsed.as_nanos().saturating_mul(u64::from(self.successes))
-                    >= self.success_rtt.as_nanos().saturating_mul(WINDOW_RTTS))
-            || self.late_drops_beyond_doubt();
+                    >= self.success_rtt.as_nanos().saturating_mul(WINDOW_RTTS));
         // And at least one smoothed rtt: a window shorter than the answers holds only those
         // that finished first, the short ones of a service whose work is spread; and a mean
         // measured well enough to be judged. (Last, so the arithmetic is done only for a

@@ -1250,38 +1250,3 @@ fn config_round_trips_and_rejects_unknown_keys() {
     );
     assert!(toml::from_str::<AutotuneConfig>("alpha = 3").is_err());
 }
-
-#[test]
-fn late_drops_beyond_doubt_close_the_window_at_once() {
-    // One worker answering in 1 ms; then its queue passes the callers' patience and every
-    // answer comes 20 ms late, one a millisecond. Judged at the window's end (500 ms, or 100
-    // rtts of its few answers), the limit would hold for hundreds of late answers; ten late
-    // drops are beyond doubt, and the limit backs off then.
-    let ms = Nanos::from_millis;
-    let mut late = past_slow_start(20);
-    let mut now = window(&mut late, Time::ZERO, 100, ms(1), Outcome::Success);
-    now = window(&mut late, now, 100, ms(1), Outcome::Success);
-    let before = late.limit;
-    let mut refused = late.clone();
-    let start = now;
-    for i in 1..=20 {
-        now = start + ms(i);
-        late.on_sample(&Sample {
-            now,
-            rtt: ms(20),
-            inflight: late.limit(),
-            outcome: Outcome::Dropped,
-        });
-    }
-    assert!(late.limit < before, "{} from {before}", late.limit);
-    // Refusals of a full service queue answer at once: they wait for the window as before.
-    for i in 1..=20 {
-        refused.on_sample(&Sample {
-            now: start + ms(i),
-            rtt: Nanos::from_micros(10),
-            inflight: refused.limit(),
-            outcome: Outcome::Dropped,
-        });
-    }
-    assert!((refused.limit - before).abs() < 1e-9, "{}", refused.limit);
-}
