@@ -10,6 +10,11 @@ A shape is a case without its seed; its figure is the mean over the seeds of the
 in its worst judged window. It prints the mean over the shapes, how many moved by more than 2
 points either way (the largest moves, ROWS of each, default 12), and the case-seeds that miss a
 target, in all and by target. A change that helps some shapes and hurts others shows both.
+
+Then the same case-seed by case-seed, which is how the floor for a change of the default is
+read (no case-seed worse): how many moved by more than 2 points either way, and the targets a
+case-seed newly misses or no longer misses, with the ROWS largest moves and new misses. The
+means over shapes hide a seed that collapsed behind five that gained.
 """
 
 import collections
@@ -26,17 +31,48 @@ def load(path, arm):
     shapes = collections.defaultdict(list)
     misses = collections.Counter()
     missing_cases = 0
+    by_case = {}
     for case in cases:
         shape = re.sub(r" seed=\d+", "", case["name"])
         result = next((a for a in case["arms"] if a["arm"] == arm), None)
         if result is None:
             sys.exit(f"{path}: no arm {arm!r} in case {case['name']!r}")
-        shapes[shape].append(min(result["goodput"], default=0.0))
+        goodput = min(result["goodput"], default=0.0)
+        shapes[shape].append(goodput)
         missed = case["misses"].get(arm, [])
         missing_cases += bool(missed)
         misses.update(m["target"] for m in missed)
+        by_case[case["name"]] = (goodput, {m["target"] for m in missed})
     means = {shape: sum(g) / len(g) for shape, g in shapes.items()}
-    return means, misses, missing_cases, len(cases)
+    return means, misses, missing_cases, len(cases), by_case
+
+
+def case_seeds(before, after, rows):
+    """The comparison case-seed by case-seed: moves beyond `MOVED`, and targets newly missed."""
+    moves = sorted((after[c][0] - before[c][0], c) for c in before)
+    worse = [m for m in moves if m[0] < -MOVED]
+    better = [m for m in reversed(moves) if m[0] > MOVED]
+    newly = collections.Counter()
+    no_longer = collections.Counter()
+    new_misses = []
+    for case, (_, missed) in before.items():
+        for target in sorted(after[case][1] - missed):
+            newly[target] += 1
+            new_misses.append((target, case))
+        no_longer.update(missed - after[case][1])
+    print(f"case-seeds better by more than 2 points: {len(better)}; worse: {len(worse)}")
+    print(f"targets newly missed: {sum(newly.values())}; no longer missed: {sum(no_longer.values())}")
+    for target in sorted(set(newly) | set(no_longer)):
+        print(f"  {target}: +{newly[target]} -{no_longer[target]}")
+    for title, moved in (("worse", worse), ("better", better)):
+        if moved:
+            print(f"{title} (case-seeds):")
+        for _, case in moved[:rows]:
+            print(f"  {100 * before[case][0]:5.1f} -> {100 * after[case][0]:5.1f}  {case}")
+    if new_misses:
+        print("newly missed:")
+    for target, case in new_misses[:rows]:
+        print(f"  {target}: {case}")
 
 
 def main():
@@ -44,9 +80,9 @@ def main():
         sys.exit(__doc__)
     arm = sys.argv[3] if len(sys.argv) > 3 else "tidegate default"
     rows = int(sys.argv[4]) if len(sys.argv) > 4 else 12
-    before, misses_before, missing_before, n = load(sys.argv[1], arm)
-    after, misses_after, missing_after, n_after = load(sys.argv[2], arm)
-    if before.keys() != after.keys() or n != n_after:
+    before, misses_before, missing_before, n, cases_before = load(sys.argv[1], arm)
+    after, misses_after, missing_after, n_after, cases_after = load(sys.argv[2], arm)
+    if before.keys() != after.keys() or cases_before.keys() != cases_after.keys():
         sys.exit("the two runs are not of the same family (shapes or seeds differ)")
 
     def mean(shapes):
@@ -66,6 +102,8 @@ def main():
             print(f"{title}:")
         for _, shape in moved[:rows]:
             print(f"  {100 * before[shape]:5.1f} -> {100 * after[shape]:5.1f}  {shape}")
+    print()
+    case_seeds(cases_before, cases_after, rows)
 
 
 main()
