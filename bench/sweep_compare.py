@@ -15,6 +15,13 @@ Then the same case-seed by case-seed, which is how the floor for a change of the
 read (no case-seed worse): how many moved by more than 2 points either way, and the targets a
 case-seed newly misses or no longer misses, with the ROWS largest moves and new misses. The
 means over shapes hide a seed that collapsed behind five that gained.
+
+Last, the shapes that moved beyond the seeds' own noise: a shape's move is the mean over its
+seeds of each seed's difference, and it counts only past 2 points and past NOISE standard
+errors of that mean. Many shapes are chaotic: their limit's path turns on a few windows, and
+a change of nothing but the initial limit (20 to 21) moves about 440 case-seeds and 50 shapes
+by more than 2 points over six seeds (docs/algorithms.md, "Judging a change"). Those moves
+say nothing about the change; only this last count separates a change from the reshuffle.
 """
 
 import collections
@@ -23,6 +30,7 @@ import re
 import sys
 
 MOVED = 0.02
+NOISE = 3.0
 
 
 def load(path, arm):
@@ -45,6 +53,31 @@ def load(path, arm):
         by_case[case["name"]] = (goodput, {m["target"] for m in missed})
     means = {shape: sum(g) / len(g) for shape, g in shapes.items()}
     return means, misses, missing_cases, len(cases), by_case
+
+
+def beyond_noise(before, after, rows):
+    """Shapes whose mean move over their seeds is past `MOVED` and past `NOISE` standard errors."""
+    seeds = collections.defaultdict(dict)
+    for case in before:
+        shape = re.sub(r" seed=\d+", "", case)
+        seeds[shape][case] = after[case][0] - before[case][0]
+    moved = []
+    for shape, differences in seeds.items():
+        d = list(differences.values())
+        n = len(d)
+        mean = sum(d) / n
+        error = (sum((x - mean) ** 2 for x in d) / (n - 1) / n) ** 0.5 if n > 1 else float("inf")
+        if abs(mean) > MOVED and abs(mean) > NOISE * error:
+            moved.append((mean, error, shape))
+    worse = sorted(m for m in moved if m[0] < 0)
+    better = sorted((m for m in moved if m[0] > 0), reverse=True)
+    print(f"shapes moved beyond the seeds' noise (more than 2 points and {NOISE:g} standard "
+          f"errors): better {len(better)}, worse {len(worse)}")
+    for title, shapes in (("worse", worse), ("better", better)):
+        if shapes:
+            print(f"{title} (beyond noise):")
+        for mean, error, shape in shapes[:rows]:
+            print(f"  {100 * mean:+5.1f} +- {100 * error:4.1f}  {shape}")
 
 
 def case_seeds(before, after, rows):
@@ -104,6 +137,8 @@ def main():
             print(f"  {100 * before[shape]:5.1f} -> {100 * after[shape]:5.1f}  {shape}")
     print()
     case_seeds(cases_before, cases_after, rows)
+    print()
+    beyond_noise(cases_before, cases_after, rows)
 
 
 main()
