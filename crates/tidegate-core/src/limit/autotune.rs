@@ -463,6 +463,15 @@ enum Move {
 /// elasticity above `high_elasticity` was below the knee: the baseline is re-anchored, as
 /// the covariance check would, which cannot see a one-request step (under its 15%).
 ///
+/// **Regaining a level.** Above 10, the largest mean inflight of a window the demand set
+/// (the limit not reached) within the tolerance is a concurrency the service held. If a
+/// latency shrink then finds the rtt beyond doubt above what the tolerance allows even
+/// were every request past that level queued (the service got slower: fewer workers,
+/// slower work), the limit remembers the level; once the smoothed rtt is back at the
+/// baseline at a limit where the slower service queued, with the gate saturated, the
+/// limit grows straight back to it as a trial, rather than by `log10(limit)` a window
+/// (see `Autotune::regain`). Drops, a failed trial, a reset or a re-anchoring forget it.
+///
 /// Defaults: initial 20, range 1..=1000 (Cinnamon is zero-configuration and started at ~240 in
 /// its experiment; 20 is the convention of the other limits here), and the values above, chosen
 /// on the synthetic service of `limit::testkit` and documented in `docs/algorithms.md`.
@@ -538,6 +547,17 @@ pub struct Autotune {
     inflight_max: u32,
     /// See [`Light`].
     light: Option<Light>,
+    /// The largest mean inflight of a window that the demand set (the limit was not
+    /// reached), within the tolerance and without drops: a concurrency the service held
+    /// without a queue (see [`Autotune::regain`]).
+    served: Option<f64>,
+    /// A latency shrink since found the service slower at `served` (see
+    /// [`Autotune::slower_than_served`]).
+    served_left: bool,
+    /// Since then, the least limit in force at which the smoothed rtt was beyond two of its
+    /// standard errors above the baseline: a concurrency at which the slower service
+    /// queued.
+    slower_at: Option<f64>,
     /// The window's successes and the sum of their rtts, in seconds, when it was first due
     /// (see [`Autotune::moved_since_due`]).
     at_due: Option<(u32, f64)>,
@@ -589,6 +609,9 @@ impl Autotune {
             inflight_sum: 0,
             inflight_max: 0,
             light: None,
+            served: None,
+            served_left: false,
+            slower_at: None,
             at_due: None,
             ring: [(0.0, 0.0, Move::Hold, false); RING],
             filled: 0,
@@ -706,6 +729,7 @@ impl Autotune {
     fn anchor(&mut self) {
         // What the service kept up with before says nothing of an rtt measured now.
         self.light = None;
+        self.forget_served();
         if let Some(srtt) = self.srtt {
             self.base = Some(Baseline::anchored(srtt, self.srtt_var));
         }
@@ -776,13 +800,14 @@ impl Autotune {
             self.drop_level = Some(self.limit.round());
             self.clean = 0;
             self.held = 0;
+            self.forget_served();
             self.limit = (self.limit * factor).min(self.limit.round() - 1.0);
             self.settling = true;
             self.shrunk = None;
             return Move::Shrink;
         }
         let base = self.base.map(|b| b.value);
-        let (Some(srtt), Some(base), Some(_)) = (self.srtt, base, rtt) else {
+        let (Some(srtt), Some(base), Some(window)) = (self.srtt, base, rtt) else {
             return Move::Hold;
         };
         let ratio = srtt / base - 1.0;
@@ -795,6 +820,9 @@ impl Autotune {
                 rtt: srtt,
                 expected_rtt: base + (srtt - base) * self.limit / before,
             });
+            if self.slower_than_served(window, base, tol) {
+                self.served_left = true;
+            }
             Move::Shrink
         } else if ratio < tol / 2.0 && f64::from(self.inflight_max) * 2.0 >= self.limit {
             // A limit that drew drops is tried again only after `RING` windows that asked to
@@ -850,6 +878,18 @@ impl Autotune {
                 self.limit + self.limit.log10().max(1.0).max(headroom)
             };
             let wait = (RING as u32) << self.retries;
+            // Straight back to a level the service held before it got slower, once it is
+            // fast again (see `regain`); not past a level that drew drops before its wait.
+            let regained = self.regain(slow_start, srtt, base).filter(|&level| {
+                self.drop_level
+                    .is_none_or(|dropped| level < dropped || self.clean >= wait)
+            });
+            if regained.is_some() {
+                // One jump per slowdown: the trial judges it, and the windows after it
+                // measure what the service holds now.
+                self.forget_served();
+            }
+            let grown = regained.unwrap_or(grown);
             if self
                 .drop_level
                 .is_some_and(|level| grown.round() >= level && self.clean < wait)
@@ -859,8 +899,9 @@ impl Autotune {
             let large = grown.round() - self.limit.round() >= JUDGED_STEP * self.limit.round();
             if large && self.probe.is_none() && !slow_start {
                 // A large step is a trial: judged by the throughput it buys over a whole
-                // span at each limit (see `judge_trial`), one at a time.
-                if self.trial.is_some() || !self.span.whole() {
+                // span at each limit (see `judge_trial`), one at a time. A regain's span
+                // before may be one window (see `regain`).
+                if self.trial.is_some() || !(self.span.whole() || regained.is_some()) {
                     return Move::Hold;
                 }
                 self.start_trial(grown.round());
@@ -964,6 +1005,7 @@ impl Autotune {
     /// back: retrying it costs a window of a small queue, and waiting 80 windows held a
     /// Pareto service at 18 of its 30 workers for 40 s after its capacity came back.
     fn remember_level(&mut self, level: f64) {
+        self.forget_served();
         let retried = std::mem::take(&mut self.retried);
         let first = if one_request_is_judged(level - 1.0) {
             FIRST_RETRY_DOUBLINGS
@@ -974,6 +1016,109 @@ impl Autotune {
         self.drop_level = Some(level);
         self.clean = 0;
         self.held = 0;
+    }
+
+    /// Forgets the concurrency the service held: a backoff for drops, a failed trial, a
+    /// reset or a re-anchored baseline says it (or the baseline it was measured against) no
+    /// longer holds; a regain starts its own measurement.
+    fn forget_served(&mut self) {
+        self.served = None;
+        self.served_left = false;
+        self.slower_at = None;
+    }
+
+    /// Whether a window that asked for a latency shrink shows the service slower at the
+    /// concurrency it held (`served`), not only asked for more: its mean rtt exceeds, by
+    /// [`CLEAR_EXCESS`] of its standard errors, what the tolerance allows even if every
+    /// request past `served` queued, `base x (1 + tol) x inflight / served` by Little's
+    /// law. A demand that grew past the knee of an unchanged service stays under that: the
+    /// rtt grows at most in proportion to the concurrency above a level held at the
+    /// baseline. When half the workers left, the rtt at twice the concurrency held tripled
+    /// (30 workers, 100 ms of exponential work: 0.34 s at 51 in flight, 23 held at 0.1 s).
+    fn slower_than_served(&self, window: WindowRtt, base: f64, tol: f64) -> bool {
+        let Some(served) = self.served.filter(|&served| served > 0.0) else {
+            return false;
+        };
+        let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
+        let excess = window.mean - base * (1.0 + tol) * (inflight / served).max(1.0);
+        excess > 0.0 && excess * excess > CLEAR_EXCESS * CLEAR_EXCESS * window.variance_of_mean
+    }
+
+    /// Follows the concurrency the service holds (see `regain`), after a measured window
+    /// closed at the limit `in_force`, with the tolerance `tol` there and a mean inflight
+    /// `inflight`; `held` if the latency rule neither shrank on it nor judged a trial.
+    fn watch_served(
+        &mut self,
+        rtt: Option<WindowRtt>,
+        held: bool,
+        in_force: f64,
+        tol: f64,
+        inflight: f64,
+    ) {
+        let (Some(srtt), Some(base)) = (self.srtt, self.base) else {
+            return;
+        };
+        if self.drops > 0 {
+            return;
+        }
+        if self.served_left && srtt > base.value + 2.0 * self.srtt_var.sqrt() {
+            self.slower_at = Some(self.slower_at.map_or(in_force, |l| l.min(in_force)));
+        }
+        // By Little's law a window's answers measure the rtt at its mean inflight, not at
+        // its peak: the peak of a Poisson demand at half a knee of 10 reached 16 in flight
+        // with the window's mean at the baseline, and a jump back to 16 queued.
+        let demand_set = f64::from(self.inflight_max) < in_force;
+        if held && demand_set && rtt.is_some_and(|rtt| rtt.mean <= base.value * (1.0 + tol)) {
+            let level = inflight.min(in_force);
+            self.served = Some(self.served.map_or(level, |served| served.max(level)));
+        }
+    }
+
+    /// The level to grow straight back to, as a trial, if the limit left it for a service
+    /// that got slower and is fast again. The service held `served` in flight, set by the
+    /// demand, at the baseline; a latency shrink then found it slower there (see
+    /// `slower_than_served`: fewer workers, slower work), and neither drops nor a failed
+    /// trial since said the level itself was too high. Now, at a limit in force at which
+    /// the slower service queued (`slower_at`), the gate is saturated (demand exceeds the
+    /// limit) and the smoothed rtt is at the baseline (not re-anchored since: that forgets
+    /// `served`), within two of its standard errors, and below the growth threshold (half
+    /// the tolerance) by as much: the queue is gone, and the service is faster than it was
+    /// at this concurrency. Growing by `log10(limit)` per window measured to the tolerance's
+    /// precision (16 x limit answers for exponential work) or by FAST's headroom, capped
+    /// under a trial's step, took 50-100 work times back to the workers that had returned
+    /// (500 workers, halved, then back: from 263 at the recovery to 290 a hundred work
+    /// times later). The jump is a trial, judged as any other large growth (see
+    /// `judge_trial`); one that buys no throughput is undone and remembered as a level
+    /// that failed. Its span before may be a single window of at least a second, measured
+    /// to the precision the latency rule asks (each growth restarts the span, so a limit
+    /// growing window after window never has a whole one). Not at limits of 10 or less,
+    /// where every step of one request is a trial already; not during slow start.
+    ///
+    /// Without `slower_at`, a jump followed the first window after a shrink, at the
+    /// slower service's knee, where the rtt is at the baseline too: the knee of 100 halved
+    /// jumped from 54 back to 145 while the capacity was still halved.
+    fn regain(&self, slow_start: bool, srtt: f64, base: f64) -> Option<f64> {
+        let served = self
+            .served
+            .filter(|_| self.served_left)?
+            .min(self.max)
+            .round();
+        let in_force = self.limit.round();
+        let saturated = f64::from(self.inflight_max) >= in_force;
+        let error = 2.0 * self.srtt_var.sqrt();
+        let at_baseline =
+            srtt <= base + error && srtt + error <= base * (1.0 + self.tolerance() / 2.0);
+        (!slow_start
+            && !one_request_is_judged(in_force)
+            && saturated
+            && at_baseline
+            && served - in_force >= JUDGED_STEP * in_force
+            && self.slower_at.is_some_and(|queued| in_force >= queued)
+            && self.probe.is_none()
+            && self.trial.is_none()
+            && self.span.windows >= 1
+            && self.span.seconds >= JUDGED_SPAN.as_secs_f64())
+        .then_some(served)
     }
 
     /// Judges a latency shrink by the first measured window after it. A shrink is futile if
@@ -1039,6 +1184,7 @@ impl Autotune {
         match elasticity {
             Some(e) if grew * 2 > RING && e < self.config.low_elasticity => {
                 self.limit *= self.config.reset_factor.clamp(0.0, 1.0);
+                self.forget_served();
                 self.base = None;
                 self.srtt = None;
                 self.shrunk = None;
@@ -1175,6 +1321,7 @@ impl Autotune {
             self.fresh = fresh;
             let throughput = f64::from(self.successes) / elapsed;
             let in_force = self.limit.round();
+            let tol = self.tolerance();
             let window = Span {
                 windows: 1,
                 seconds: elapsed,
@@ -1207,6 +1354,8 @@ impl Autotune {
                 _ => self.latency_rule(rtt, censored),
             };
             self.fresh = false;
+            let held = moved != Move::Shrink && judged.is_none();
+            self.watch_served(rtt, held, in_force, tol, inflight);
             self.watch_demand(throughput, f64::from(self.inflight_max) >= in_force);
             if moved != Move::Grow && self.base.is_some() {
                 // The first window judged that does not grow ends slow start for good.

@@ -146,6 +146,66 @@ fn halving_capacity_brings_the_limit_down_and_recovery_brings_it_back() {
     assert!(trace.limit_at(secs(130)) >= 20, "up within 10 s");
 }
 
+/// Feeds one 500 ms window of a pool of `workers` in front of a demand that keeps
+/// `demand` requests in flight (or as many as the limit lets in): inflight `min(demand,
+/// limit)`, a mean rtt of `work x max(1, inflight / workers)`, the answers alternately at
+/// 0.2 and 1.8 times it (spread as an exponential service's nearly); returns the time of
+/// the last sample.
+fn pool_window(a: &mut Autotune, start: Time, workers: f64, demand: u32, work: Nanos) -> Time {
+    let inflight = demand.min(a.limit());
+    let rtt = work.mul_f64((f64::from(inflight) / workers).max(1.0));
+    let n = (f64::from(inflight) / rtt.as_secs_f64() / 2.0).round() as u64;
+    let mut now = start;
+    for i in 1..=n {
+        now = start + Nanos::from_millis(500 * i / n);
+        a.on_sample(&Sample {
+            now,
+            rtt: rtt.mul_f64(if i % 2 == 0 { 0.2 } else { 1.8 }),
+            inflight,
+            outcome: Outcome::Success,
+        });
+    }
+    now
+}
+
+#[test]
+fn a_level_left_for_a_slower_service_is_regained_in_one_trial() {
+    // 300 workers of 100 ms, a demand of 240 in flight (0.8 of the capacity). Half the
+    // workers leave for 60 windows, then come back. While they are gone the latency rule
+    // holds the limit past 150, where the rtt is over the baseline. When they are back,
+    // the rtt there falls to the baseline with the gate saturated: the limit goes straight
+    // back, as one trial, to the 240 it held at the baseline before (5 windows, the
+    // smoothed rtt's two to reach the baseline among them). Growing by FAST's headroom,
+    // capped under a trial's step, it took 20.
+    let work = Nanos::from_millis(100);
+    let mut a = past_slow_start(300);
+    let mut now = Time::ZERO;
+    for _ in 0..60 {
+        now = pool_window(&mut a, now, 300.0, 240, work);
+    }
+    assert_eq!(
+        a.served,
+        Some(240.0),
+        "the demand's concurrency, held at the baseline"
+    );
+    for _ in 0..60 {
+        now = pool_window(&mut a, now, 150.0, 240, work);
+    }
+    let halved = a.limit();
+    assert!((150..200).contains(&halved), "{halved}");
+    let mut windows = 0;
+    while a.limit() < 240 && windows < 100 {
+        now = pool_window(&mut a, now, 300.0, 240, work);
+        windows += 1;
+    }
+    assert!(windows <= 6, "back at 240 after {windows} windows");
+    // The trial holds: throughput followed the limit.
+    for _ in 0..10 {
+        now = pool_window(&mut a, now, 300.0, 240, work);
+    }
+    assert!(a.limit() >= 240, "{}", a.limit());
+}
+
 #[test]
 fn a_drifting_base_latency_dips_but_is_re_anchored() {
     // The service's base latency triples over 90 s under sustained load; its optimum stays
