@@ -1,9 +1,9 @@
 """Compares two runs of the robustness sweep for one arm: how a change of the default moved it
 on the whole family, the way docs/algorithms.md reports every change.
 
-    target/release/tidegate sim sweep --arm "tidegate default" --seeds 6 --json > before.json
+    target/release/tidegate sim sweep --arm "tidegate default" --seeds 24 --json > before.json
     (change, rebuild)
-    target/release/tidegate sim sweep --arm "tidegate default" --seeds 6 --json > after.json
+    target/release/tidegate sim sweep --arm "tidegate default" --seeds 24 --json > after.json
     python3 bench/sweep_compare.py before.json after.json ["tidegate default"] [ROWS]
 
 A shape is a case without its seed; its figure is the mean over the seeds of the arm's goodput
@@ -22,6 +22,9 @@ errors of that mean. Many shapes are chaotic: their limit's path turns on a few 
 a change of nothing but the initial limit (20 to 21) moves about 440 case-seeds and 50 shapes
 by more than 2 points over six seeds (docs/algorithms.md, "Judging a change"). Those moves
 say nothing about the change; only this last count separates a change from the reshuffle.
+The same for the targets: a shape newly misses a target beyond noise when at least 3 more of
+its seeds miss it after than before, and that excess is past NOISE times the square root of
+the seeds that changed either way (a sign test).
 """
 
 import collections
@@ -78,6 +81,28 @@ def beyond_noise(before, after, rows):
             print(f"{title} (beyond noise):")
         for mean, error, shape in shapes[:rows]:
             print(f"  {100 * mean:+5.1f} +- {100 * error:4.1f}  {shape}")
+
+
+def targets_beyond_noise(before, after, rows):
+    """Shape-targets whose seeds newly missing outnumber those no longer missing, past noise."""
+    changed = collections.defaultdict(lambda: [0, 0])
+    for case, (_, missed) in before.items():
+        shape = re.sub(r" seed=\d+", "", case)
+        for target in after[case][1] - missed:
+            changed[(shape, target)][0] += 1
+        for target in missed - after[case][1]:
+            changed[(shape, target)][1] += 1
+
+    def beyond(more, fewer):
+        return more - fewer >= 3 and more - fewer > NOISE * (more + fewer) ** 0.5
+
+    worse = sorted((k for k, (new, gone) in changed.items() if beyond(new, gone)))
+    better = sorted((k for k, (new, gone) in changed.items() if beyond(gone, new)))
+    print(f"targets missed beyond the seeds' noise: newly {len(worse)}, no longer {len(better)}")
+    for title, keys in (("newly missed", worse), ("no longer missed", better)):
+        for shape, target in keys[:rows]:
+            new, gone = changed[(shape, target)]
+            print(f"  {title}: {target} on {new} seeds, no longer on {gone}: {shape}")
 
 
 def case_seeds(before, after, rows):
@@ -139,6 +164,7 @@ def main():
     case_seeds(cases_before, cases_after, rows)
     print()
     beyond_noise(cases_before, cases_after, rows)
+    targets_beyond_noise(cases_before, cases_after, rows)
 
 
 main()
