@@ -3,7 +3,7 @@
 //!
 //! - [`parse`]: the access log's lines (nginx `combined` with the request's timings, Envoy's
 //!   default format), bad lines counted and reported by number;
-//! - [`fit`]: a worker pool fitted to the log's latency by concurrency;
+//! - [`mod@fit`]: a worker pool fitted to the log's latency by concurrency;
 //! - [`run`]: the log's arrivals, scaled by load multiples, through every arm against the
 //!   fitted service, on the scenario engine;
 //! - [`Replay`]: all of it, as a report (text or JSON).

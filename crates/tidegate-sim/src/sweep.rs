@@ -7,8 +7,8 @@
 //! shape, the client's timeout and the tier mix, each case on identical random streams for
 //! every arm (the scenario engine's separate seeded streams), and beside them the **oracle**:
 //! the best fixed limit and queue timeout for that case, found in hindsight ([`arms`]). Each
-//! arm's run is read into a few figures ([`measure`]) and judged by the targets
-//! ([`targets`]); [`render`] writes the tables, heatmaps, JSON and page.
+//! arm's run is read into a few figures ([`mod@measure`]) and judged by the targets
+//! ([`mod@targets`]); [`render`] writes the tables, heatmaps, JSON and page.
 //!
 //! A case is a [`crate::scenario::Scenario`] built in code and run by the scenario engine, so
 //! the sweep measures exactly what `tidegate sim run` would on the same file.

@@ -3,8 +3,8 @@
 //! its callee's overload worse.
 //!
 //! [`OutboundLayer`] / [`Outbound`], in front of the client:
-//! - stamps every request with the priority of the request being served (the task-local of
-//!   [`priority`]), so that the callee ranks it as the edge did;
+//! - stamps every request with the priority of the request being served (the task-local that
+//!   [`with_priority`] and [`PriorityScope`] set), so that the callee ranks it as the edge did;
 //! - drops, before sending, a request the callee said it would refuse: the `tidegate-cutoff`
 //!   header of its responses (`docs/feedback.md`, DAGOR's idea) holds a rank below which it
 //!   refuses, for a while ([`Throttled::Cutoff`]);

@@ -514,7 +514,7 @@ impl Future for Acquire {
 
     /// The lent slot, the common case, inlined into the caller: the permit is built where
     /// the caller keeps it, and the future's state, still `Start`, has nothing to drop.
-    /// Everything else (the lock, the queue) is [`Acquire::poll_locked`], out of line.
+    /// Everything else (the lock, the queue) is `Acquire::poll_locked`, out of line.
     #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();

@@ -539,7 +539,7 @@ pub struct Autotune {
     drops: u32,
     success_rtt: Nanos,
     /// Sum of the squared rtts of the window's successes, in seconds squared: the spread
-    /// that tells a queue from the service's own variability (see [`Autotune::noise`]).
+    /// that tells a queue from the service's own variability (see [`Autotune::measured_enough`]).
     success_rtt_sq: f64,
     /// Variance of `srtt` as an estimate of the mean rtt, in seconds squared.
     srtt_var: f64,
