@@ -10,7 +10,9 @@
 # a one-worker nginx origin answering "hello, world"; wrk -t1 with CONNECTIONS for 2 s to warm
 # it up, the counts zeroed (callgrind_control -z), the same for SECONDS, the counts dumped
 # (callgrind_control -d), and the dump's total divided by the requests wrk reports. Prints one
-# line per run: round, binary, requests, instructions per request. Installs nginx-light, wrk and
+# line per run: round, binary, requests, instructions per request. A BINARY named `nginx` is
+# nginx as the reverse proxy instead (bench/lib.sh's `nginx_proxy`, one process, no master), so
+# that a run can say how far tidegate's user space is from nginx's. Installs nginx-light, wrk and
 # valgrind from Debian's packages when missing. A benchmark, not a test. On a loaded machine
 # use one connection: with many, how many requests each wakeup of the proxy serves depends on
 # the load, and so does the count per request (by +-20% at 32 connections and a load of 7).
@@ -33,10 +35,16 @@ wait_port "$origin_port"
 # run ROUND BINARY: one measured run.
 run() {
     local out="$work/cg.$1.$(basename "$2")"
-    valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
-        "$2" proxy --threads 1 --upstream "http://127.0.0.1:$origin_port" \
-        --listen "127.0.0.1:$proxy_port" --admin "127.0.0.1:$admin_port" \
-        --log-level warn 2>"$out.log" &
+    if [[ $2 == nginx ]]; then
+        nginx_proxy "$work/proxy" "$proxy_port" "$origin_port"
+        valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
+            nginx -c "$work/proxy/nginx.conf" -p "$work/proxy" 2>"$out.log" &
+    else
+        valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
+            "$2" proxy --threads 1 --upstream "http://127.0.0.1:$origin_port" \
+            --listen "127.0.0.1:$proxy_port" --admin "127.0.0.1:$admin_port" \
+            --log-level warn 2>"$out.log" &
+    fi
     local pid=$!
     wait_port "$proxy_port"
     wrk -t1 -c"$conns" -d2s "http://127.0.0.1:$proxy_port/" >/dev/null

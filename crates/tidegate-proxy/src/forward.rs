@@ -16,15 +16,24 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// `Via` values for the protocol a message was received with.
+/// `Via` values for the protocol a message was received with. Statics, made at compile time:
+/// `HeaderValue::from_static` called at run time checks its bytes on every call.
 fn via(version: Version) -> HeaderValue {
-    HeaderValue::from_static(match version {
-        Version::HTTP_09 => "0.9 tidegate",
-        Version::HTTP_10 => "1.0 tidegate",
-        Version::HTTP_2 => "2 tidegate",
-        Version::HTTP_3 => "3 tidegate",
-        _ => "1.1 tidegate",
-    })
+    static VIA: [HeaderValue; 5] = [
+        HeaderValue::from_static("0.9 tidegate"),
+        HeaderValue::from_static("1.0 tidegate"),
+        HeaderValue::from_static("1.1 tidegate"),
+        HeaderValue::from_static("2 tidegate"),
+        HeaderValue::from_static("3 tidegate"),
+    ];
+    VIA[match version {
+        Version::HTTP_09 => 0,
+        Version::HTTP_10 => 1,
+        Version::HTTP_2 => 3,
+        Version::HTTP_3 => 4,
+        _ => 2,
+    }]
+    .clone()
 }
 
 /// The hop-by-hop fields other than those `Connection` names, each with a bit.
@@ -37,17 +46,32 @@ static HOP_BY_HOP: [(&HeaderName, u8); 6] = [
     (&UPGRADE, 32),
 ];
 
+/// The bit of `name` in [`HOP_BY_HOP`], 0 for an end-to-end field. By the name's length
+/// first: most names have none of the five lengths, and a standard name's text is a table
+/// lookup, cheaper than comparing it with each of the six.
+fn hop_by_hop_bit(name: &HeaderName) -> u8 {
+    let name = name.as_str();
+    match name.len() {
+        2 | 7 | 10 | 16 | 17 => match name {
+            "connection" => 1,
+            "keep-alive" => 2,
+            "proxy-connection" => 4,
+            "te" => 8,
+            "transfer-encoding" => 16,
+            "upgrade" => 32,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
 /// Removes the hop-by-hop fields. One pass over the (few) names finds which are present,
 /// cheaper than a lookup for each: most requests have none, and most responses only
 /// `Connection: keep-alive`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut present = 0u8;
     for name in headers.keys() {
-        for (hop, bit) in &HOP_BY_HOP {
-            if name == *hop {
-                present |= bit;
-            }
-        }
+        present |= hop_by_hop_bit(name);
     }
     if present == 0 {
         return;
@@ -197,6 +221,28 @@ mod tests {
             );
         }
         headers
+    }
+
+    /// The bit found by name is the table's, for each hop-by-hop field; none for end-to-end
+    /// fields, those of the same lengths included.
+    #[test]
+    fn each_hop_by_hop_field_is_known_by_its_bit() {
+        for (name, bit) in &HOP_BY_HOP {
+            assert_eq!(hop_by_hop_bit(name), *bit, "{name}");
+        }
+        for name in [
+            "user-agent",
+            "accept",
+            "x-priority",
+            "host",
+            "content-location",
+            "tk",
+        ] {
+            let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            assert_eq!(hop_by_hop_bit(&name), 0, "{name}");
+        }
+        assert_eq!(via(Version::HTTP_11), "1.1 tidegate");
+        assert_eq!(via(Version::HTTP_2), "2 tidegate");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -45,7 +46,7 @@ use crate::dry_run;
 use crate::forward::{self, Forwarding};
 use crate::grpc;
 use crate::metrics::{Class, ErrorKind, ProxyMetrics};
-use crate::pool::{Lent, SendError};
+use crate::pool::{Lent, Pool, SendError};
 use crate::refuse;
 use crate::reload::{Live, Reloader};
 use crate::request_body::{BodyState, RequestBody};
@@ -334,9 +335,28 @@ fn exchange(shared: &Shared, upstream: Arc<Upstream>, request: Request<RequestBo
             within(tokio::time::timeout(timeout, upstream.pool.send_http2(request)).await)
         })
     } else {
-        Box::pin(async move {
-            within(tokio::time::timeout(timeout, upstream.pool.send_http1(request)).await)
-        })
+        Box::pin(exchange_http1(timeout, upstream, request))
+    }
+}
+
+/// An HTTP/1.1 exchange: no `async` block, whose captures would keep their room beside the
+/// future they are moved into ([`Pool::send_http1`]).
+fn exchange_http1(
+    timeout: Duration,
+    upstream: Arc<Upstream>,
+    request: Request<RequestBody>,
+) -> impl Future<Output = Answer> + Send + use<> {
+    tokio::time::timeout(timeout, Pool::send_http1(PoolOf(upstream), request)).map(within)
+}
+
+/// An upstream's pool, owned through the upstream: see [`Pool::send_http1`].
+struct PoolOf(Arc<Upstream>);
+
+impl std::ops::Deref for PoolOf {
+    type Target = Pool;
+
+    fn deref(&self) -> &Pool {
+        &self.0.pool
     }
 }
 

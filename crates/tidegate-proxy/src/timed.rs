@@ -86,6 +86,38 @@ pub(crate) struct TimedStream {
     /// Room for the receive time's control message.
     #[cfg(target_os = "linux")]
     control: Vec<u8>,
+    /// How much of the reader's buffer the next read offers the kernel (see [`ReadSize`]).
+    #[cfg(target_os = "linux")]
+    read_size: ReadSize,
+}
+
+/// How many bytes a read into the reader's buffer offers the kernel. `recvmsg` needs
+/// initialized memory and hyper lends an uninitialized buffer of 8-16 KiB for every read, so
+/// the bytes offered are zeroed first: all of them, for a 200-byte answer, were a third of
+/// the proxy's user-space instructions per request (`bench/instructions.sh`). The size
+/// follows what the reads bring, as hyper's own read strategy does: it doubles after a read
+/// that filled it and halves after one that used less than a quarter, between
+/// [`ReadSize::MIN`] and the buffer's room. A large answer costs a few more reads while it
+/// grows (2, 4, 8, 16 KiB...), a small one zeroes 2 KiB.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReadSize(usize);
+
+#[cfg(target_os = "linux")]
+impl ReadSize {
+    const MIN: usize = 2 * 1024;
+    const MAX: usize = 1024 * 1024;
+
+    /// After a read of `read` bytes into `offered`.
+    fn next(self, offered: usize, read: usize) -> ReadSize {
+        if read >= offered {
+            ReadSize((self.0 * 2).min(Self::MAX))
+        } else if read < offered / 4 {
+            ReadSize((self.0 / 2).max(Self::MIN))
+        } else {
+            self
+        }
+    }
 }
 
 impl TimedStream {
@@ -100,6 +132,7 @@ impl TimedStream {
                 tcp,
                 stamps,
                 control: nix::cmsg_space!(nix::sys::time::TimeSpec),
+                read_size: ReadSize(ReadSize::MIN),
             }
         }
         #[cfg(not(target_os = "linux"))]
@@ -118,14 +151,17 @@ impl AsyncRead for TimedStream {
             tcp,
             stamps,
             control,
+            read_size,
         } = self.get_mut();
         loop {
             std::task::ready!(tcp.poll_read_ready(cx))?;
-            let into = buf.initialize_unfilled();
+            let offered = read_size.0.min(buf.remaining());
+            let into = buf.initialize_unfilled_to(offered);
             match tcp.try_io(tokio::io::Interest::READABLE, || {
                 receive(tcp, into, control)
             }) {
                 Ok((read, arrived)) => {
+                    *read_size = read_size.next(offered, read);
                     if read > 0 {
                         stamps.received(arrived.unwrap_or_else(wall_clock));
                     }
@@ -295,6 +331,36 @@ mod tests {
             "all {} samples ended after the answer was in, at the read; the last {last:?} ns late",
             late_by.len()
         );
+    }
+
+    /// The size offered to the kernel grows while reads fill it, up to its bound, and falls
+    /// back while they bring little, down to its floor.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_read_size_follows_what_reads_bring() {
+        let mut size = ReadSize(ReadSize::MIN);
+        for _ in 0..30 {
+            size = size.next(size.0, size.0);
+        }
+        assert_eq!(size, ReadSize(ReadSize::MAX));
+        assert_eq!(size.next(size.0, size.0 / 2), size, "half used: kept");
+        for _ in 0..30 {
+            size = size.next(size.0, 100);
+        }
+        assert_eq!(size, ReadSize(ReadSize::MIN));
+    }
+
+    /// An answer far larger than the first read's size comes through whole, in order.
+    #[tokio::test]
+    async fn a_large_answer_is_read_whole() {
+        let (mut proxy_end, _stamps, mut upstream_end) = pair().await;
+        let answer: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let sent = answer.clone();
+        let writer = std::thread::spawn(move || upstream_end.write_all(&sent));
+        let mut read = vec![0; answer.len()];
+        proxy_end.read_exact(&mut read).await.expect("read");
+        writer.join().expect("writer").expect("write");
+        assert!(read == answer);
     }
 
     /// A new exchange forgets the last one's stamps, and bytes read before its request was

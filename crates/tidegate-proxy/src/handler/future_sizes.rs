@@ -32,11 +32,18 @@ fn future_sizes() {
     let sizes = [
         ("handle", returned(handle)),
         ("AtUpstream", size_of::<AtUpstream>()),
-        ("Pool::send_http1", returned2(Pool::send_http1)),
+        (
+            "Pool::send_http1",
+            returned2(Pool::send_http1::<super::PoolOf>),
+        ),
         ("Pool::send_http2", returned2(Pool::send_http2)),
         (
             "try_send_request",
             returned2(SendRequest::<RequestBody>::try_send_request),
+        ),
+        (
+            "the HTTP/1.1 exchange, boxed",
+            returned(super::exchange_http1),
         ),
         ("Acquire", size_of::<tidegate_tower::Acquire>()),
         ("Completion", size_of::<super::Completion>()),
@@ -50,7 +57,14 @@ fn future_sizes() {
     }
     // In a debug build (the tests'): 2,112 and 3,152 bytes before the connects and the HTTP/2
     // path were boxed apart and `send` stopped being `async`; 1,320 and 624 after.
-    let (handle, http1) = (sizes[0].1, sizes[2].1);
+    let (handle, http1, boxed) = (sizes[0].1, sizes[2].1, sizes[5].1);
+    // glibc's cache of freed blocks (`tcache`) takes requests up to 1,032 bytes; a larger
+    // box costs a full `malloc` and `free` per request (1,056 bytes before the exchange owned
+    // its pool through the upstream, [`crate::pool::Pool::send_http1`]).
+    assert!(
+        boxed <= 1_032,
+        "the boxed HTTP/1.1 exchange grew to {boxed} bytes"
+    );
     assert!(
         handle <= 1_536,
         "the request's future grew to {handle} bytes"
