@@ -21,7 +21,9 @@ seeds of each seed's difference, and it counts only past 2 points and past NOISE
 errors of that mean. Many shapes are chaotic: their limit's path turns on a few windows, and
 a change of nothing but the initial limit (20 to 21) moves about 440 case-seeds and 50 shapes
 by more than 2 points over six seeds (docs/algorithms.md, "Judging a change"). Those moves
-say nothing about the change; only this last count separates a change from the reshuffle.
+say nothing about the change, one at a time; but many moving the same way do, so the count of
+shapes moved by more than 2 points is also put to a sign test (worse minus better past NOISE
+times the square root of both).
 The same for the targets: a shape newly misses a target beyond noise when at least 3 more of
 its seeds miss it after than before, and that excess is past NOISE times the square root of
 the seeds that changed either way (a sign test).
@@ -152,6 +154,9 @@ def main():
     print(f"{arm}: mean worst-window goodput {mean(before):.2f}% -> {mean(after):.2f}% "
           f"over {len(before)} shapes")
     print(f"shapes better by more than 2 points: {len(better)}; worse: {len(worse)}")
+    # Each shape's move may be noise, but not many moving the same way: a sign test.
+    if len(worse) - len(better) > NOISE * (len(worse) + len(better)) ** 0.5:
+        print("  more shapes worse than better beyond a sign test's noise: a regression in all")
     print(f"case-seeds missing a target: {missing_before} -> {missing_after} of {n}")
     for target in sorted(set(misses_before) | set(misses_after)):
         print(f"  {target}: {misses_before[target]} -> {misses_after[target]}")
