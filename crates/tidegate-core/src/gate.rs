@@ -761,7 +761,7 @@ impl Gate {
     }
 
     /// Whether a request may go in now: a slot is free, or the driver's own delays hold the
-    /// slots more than the service does, by over a millisecond ([`OwnDelay`]). Then the
+    /// slots more than the service does, by over half a millisecond ([`OwnDelay`]). Then the
     /// driver, not the service, is the bottleneck, and a learnt limit does not bind: it would
     /// only turn away, at the driver's cost, requests the driver has already read and the
     /// service has room for. (A proxy bounds what it reads by its connections;

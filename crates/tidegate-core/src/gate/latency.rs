@@ -92,12 +92,17 @@ pub(super) struct OwnDelay {
 /// that said so: the mean's own time constant.
 const OWN_DELAY_MEMORY: Nanos = Nanos::from_secs(1);
 
-/// The least mean own delay that can dominate, whatever the service's time: below a
-/// millisecond it is the driver's ordinary work and the scheduler's jitter (as for the wait
-/// bound's floor), not a backlog. Without it, a proxy in front of an upstream answering in
-/// tens of microseconds, itself idle, spent longer on each request than the upstream did,
-/// and a fixed limit of 2 let a flood through.
-const OWN_DELAY_FLOOR: f64 = 0.001;
+/// The least mean own delay that can dominate, whatever the service's time: below half a
+/// millisecond it is the driver's ordinary work and the scheduler's jitter, not a backlog.
+/// Measured on `tidegate proxy` (one thread, an nginx origin answering in 20-90 us, wrk
+/// keep-alive; docs/performance.md section 4): at one connection its own share of a slot was
+/// 30-60 us (220 us over its first answers), at 10 connections 150-170 us, at 50 about
+/// 1 ms, a backlog of 50 requests of 20 us. At the earlier floor of 1 ms, 50 connections sat
+/// on the line and the gate turned 6-24% of them away, with the upstream idle. Without a
+/// floor, an idle proxy in front of an upstream answering in tens of microseconds spends
+/// longer than the upstream on each request and its learnt limit would never bind (a fixed
+/// limit always does, [`crate::limit::Limit::is_fixed`]).
+const OWN_DELAY_FLOOR: f64 = 0.000_5;
 
 impl OwnDelay {
     /// A success held its slot for `held`, of which the service took `service`.
@@ -186,7 +191,7 @@ mod tests {
         }
         assert!(own.dominates(at(1_000)));
         // A proxy at ease in front of a 50 us upstream spends longer than the upstream on
-        // each request, but not a millisecond: no backlog.
+        // each request, but not half a millisecond: no backlog.
         let mut idle = OwnDelay::default();
         for i in 0..100 {
             idle.record(at(i), Nanos::from_micros(300), Nanos::from_micros(50));
