@@ -38,6 +38,32 @@ MOVED = 0.02
 NOISE = 3.0
 
 
+def shape_of(case):
+    """A case's shape: its name without the seed."""
+    return re.sub(r" seed=\d+", "", case)
+
+
+def moves(before, after):
+    """The keys that moved by more than `MOVED`: worst first, then best first."""
+    moved = sorted((after[k] - before[k], k) for k in before)
+    return ([m for m in moved if m[0] < -MOVED],
+            [m for m in reversed(moved) if m[0] > MOVED])
+
+
+def print_moves(label, worse, better, before, after, rows):
+    """The `rows` largest moves each way, `before -> after` in percent."""
+    for title, moved in (("worse", worse), ("better", better)):
+        if moved:
+            print(f"{title}{label}:")
+        for _, key in moved[:rows]:
+            print(f"  {100 * before[key]:5.1f} -> {100 * after[key]:5.1f}  {key}")
+
+
+def past_sign_test(more, fewer):
+    """Whether `more` outnumbers `fewer` by more than `NOISE` times a sign test's noise."""
+    return more - fewer > NOISE * (more + fewer) ** 0.5
+
+
 def load(path, arm):
     with open(path) as f:
         cases = json.load(f)
@@ -46,7 +72,7 @@ def load(path, arm):
     missing_cases = 0
     by_case = {}
     for case in cases:
-        shape = re.sub(r" seed=\d+", "", case["name"])
+        shape = shape_of(case["name"])
         result = next((a for a in case["arms"] if a["arm"] == arm), None)
         if result is None:
             sys.exit(f"{path}: no arm {arm!r} in case {case['name']!r}")
@@ -64,8 +90,7 @@ def beyond_noise(before, after, rows):
     """Shapes whose mean move over their seeds is past `MOVED` and past `NOISE` standard errors."""
     seeds = collections.defaultdict(dict)
     for case in before:
-        shape = re.sub(r" seed=\d+", "", case)
-        seeds[shape][case] = after[case][0] - before[case][0]
+        seeds[shape_of(case)][case] = after[case][0] - before[case][0]
     moved = []
     for shape, differences in seeds.items():
         d = list(differences.values())
@@ -89,14 +114,14 @@ def targets_beyond_noise(before, after, rows):
     """Shape-targets whose seeds newly missing outnumber those no longer missing, past noise."""
     changed = collections.defaultdict(lambda: [0, 0])
     for case, (_, missed) in before.items():
-        shape = re.sub(r" seed=\d+", "", case)
+        shape = shape_of(case)
         for target in after[case][1] - missed:
             changed[(shape, target)][0] += 1
         for target in missed - after[case][1]:
             changed[(shape, target)][1] += 1
 
     def beyond(more, fewer):
-        return more - fewer >= 3 and more - fewer > NOISE * (more + fewer) ** 0.5
+        return more - fewer >= 3 and past_sign_test(more, fewer)
 
     worse = sorted((k for k, (new, gone) in changed.items() if beyond(new, gone)))
     better = sorted((k for k, (new, gone) in changed.items() if beyond(gone, new)))
@@ -109,9 +134,9 @@ def targets_beyond_noise(before, after, rows):
 
 def case_seeds(before, after, rows):
     """The comparison case-seed by case-seed: moves beyond `MOVED`, and targets newly missed."""
-    moves = sorted((after[c][0] - before[c][0], c) for c in before)
-    worse = [m for m in moves if m[0] < -MOVED]
-    better = [m for m in reversed(moves) if m[0] > MOVED]
+    goodput_before = {case: g for case, (g, _) in before.items()}
+    goodput_after = {case: g for case, (g, _) in after.items()}
+    worse, better = moves(goodput_before, goodput_after)
     newly = collections.Counter()
     no_longer = collections.Counter()
     new_misses = []
@@ -124,11 +149,7 @@ def case_seeds(before, after, rows):
     print(f"targets newly missed: {sum(newly.values())}; no longer missed: {sum(no_longer.values())}")
     for target in sorted(set(newly) | set(no_longer)):
         print(f"  {target}: +{newly[target]} -{no_longer[target]}")
-    for title, moved in (("worse", worse), ("better", better)):
-        if moved:
-            print(f"{title} (case-seeds):")
-        for _, case in moved[:rows]:
-            print(f"  {100 * before[case][0]:5.1f} -> {100 * after[case][0]:5.1f}  {case}")
+    print_moves(" (case-seeds)", worse, better, goodput_before, goodput_after, rows)
     if new_misses:
         print("newly missed:")
     for target, case in new_misses[:rows]:
@@ -148,23 +169,17 @@ def main():
     def mean(shapes):
         return 100 * sum(shapes.values()) / len(shapes)
 
-    moves = sorted((after[s] - before[s], s) for s in before)
-    worse = [m for m in moves if m[0] < -MOVED]
-    better = [m for m in reversed(moves) if m[0] > MOVED]
+    worse, better = moves(before, after)
     print(f"{arm}: mean worst-window goodput {mean(before):.2f}% -> {mean(after):.2f}% "
           f"over {len(before)} shapes")
     print(f"shapes better by more than 2 points: {len(better)}; worse: {len(worse)}")
     # Each shape's move may be noise, but not many moving the same way: a sign test.
-    if len(worse) - len(better) > NOISE * (len(worse) + len(better)) ** 0.5:
+    if past_sign_test(len(worse), len(better)):
         print("  more shapes worse than better beyond a sign test's noise: a regression in all")
     print(f"case-seeds missing a target: {missing_before} -> {missing_after} of {n}")
     for target in sorted(set(misses_before) | set(misses_after)):
         print(f"  {target}: {misses_before[target]} -> {misses_after[target]}")
-    for title, moved in (("worse", worse), ("better", better)):
-        if moved:
-            print(f"{title}:")
-        for _, shape in moved[:rows]:
-            print(f"  {100 * before[shape]:5.1f} -> {100 * after[shape]:5.1f}  {shape}")
+    print_moves("", worse, better, before, after, rows)
     print()
     case_seeds(cases_before, cases_after, rows)
     print()
