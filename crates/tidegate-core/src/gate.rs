@@ -28,8 +28,10 @@ use crate::regulator::{QueueStats, Regulator, RegulatorState, Verdict};
 use crate::time::{Nanos, Time};
 
 mod latency;
+mod patience;
 
 use latency::{OwnDelay, ServiceLatency};
+use patience::Patience;
 
 /// How the gate's queue behaves.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -353,6 +355,8 @@ pub struct Gate {
     own_delay: OwnDelay,
     /// The last arrival of each tier, for [`QueueConfig::wait_bound`].
     tier_seen: [Option<Time>; TIERS as usize],
+    /// How long callers wait, from the ones that left.
+    patience: Patience,
 }
 
 impl Gate {
@@ -375,6 +379,7 @@ impl Gate {
             latency: ServiceLatency::default(),
             own_delay: OwnDelay::default(),
             tier_seen: [None; TIERS as usize],
+            patience: Patience::default(),
         }
     }
 
@@ -571,12 +576,23 @@ impl Gate {
         self.fill(now);
     }
 
+    /// The caller of a request in the service went away after waiting `waited` since the
+    /// request arrived at the gate; the service still holds it, and its permit comes back
+    /// as usual. Nothing is counted: the gate learns how long callers wait (a queued
+    /// request that has waited so long that the service's mean answer would come after its
+    /// caller left is then not sent, see `patience.rs`).
+    pub fn caller_left(&mut self, now: Time, waited: Nanos) {
+        self.patience.left(now, waited, self.stats.completed + 1);
+    }
+
     /// The caller of a queued request went away. Returns false if the ticket is no longer
     /// queued (its event is then waiting in [`Gate::poll_event`], or was delivered).
     pub fn cancel(&mut self, now: Time, ticket: Ticket) -> bool {
         match self.queue.remove(ticket) {
             Some(entry) => {
                 self.counters.tier(entry.priority).cancelled_queued += 1;
+                self.patience
+                    .left(now, now - entry.enqueued, self.stats.completed + 1);
                 self.note_if_empty(now);
                 true
             }
@@ -693,8 +709,9 @@ impl Gate {
             self.stats.dequeued += 1;
             let waited = now - entry.enqueued;
             let left = self.queue.len();
+            let expired = entry.deadline <= now || self.doomed(now, waited);
             let tier = self.counters.tier(entry.priority);
-            if entry.deadline <= now {
+            if expired {
                 tier.expired += 1;
                 self.events.push_back(Event::Expired { ticket });
             } else if self.regulator.on_dequeue(now, waited, entry.priority, left)
@@ -732,6 +749,15 @@ impl Gate {
             (Some(wait), Some(fastest)) => {
                 wait > (bound * fastest.as_secs_f64()).max(WAIT_BOUND_FLOOR.as_secs_f64())
             }
+            _ => false,
+        }
+    }
+
+    /// Whether a queued request that has waited `waited` would be answered, at the service's
+    /// mean, only after its caller left (see `patience.rs`).
+    fn doomed(&self, now: Time, waited: Nanos) -> bool {
+        match (self.patience.learnt(now), self.latency.mean()) {
+            (Some(patience), Some(mean)) => waited.as_secs_f64() + mean > patience,
             _ => false,
         }
     }

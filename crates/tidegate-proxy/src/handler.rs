@@ -421,7 +421,11 @@ impl Drop for AtUpstream {
         if *cut.borrow() {
             return;
         }
-        completion.client_left = Some(completion.shared.now());
+        let now = completion.shared.now();
+        completion.client_left = Some(now);
+        if let Some(permit) = &completion.permit {
+            permit.caller_left(Duration::from_nanos(now.saturating_sub(completion.arrived)));
+        }
         completion.upstream().metrics.abandoned.inc();
         completion.shared.abandoned.started();
         let exchange = std::mem::replace(&mut self.exchange, Box::pin(std::future::pending()));

@@ -598,6 +598,17 @@ impl Permit {
         }
     }
 
+    /// The caller went away while the service has the request, `waited` after the request
+    /// reached the gate (its queueing included); the request goes on, and the permit is
+    /// released as usual when it ends. The gate learns from it how long callers wait (see
+    /// `tidegate_core::gate::Gate::caller_left`). For a driver whose work outlives its
+    /// caller, as a proxy's exchange does; where the work is cancelled with its caller, drop
+    /// the permit instead.
+    pub fn caller_left(&self, waited: std::time::Duration) {
+        let now = self.gate.now();
+        self.gate.lock().gate.caller_left(now, Nanos::from(waited));
+    }
+
     /// Releases with `outcome`, or as cancelled for `None`.
     pub fn release(mut self, outcome: Option<Outcome>) {
         if let Some(held) = self.held.take() {

@@ -594,3 +594,61 @@ fn the_limit_does_not_bind_while_the_drivers_own_delays_hold_the_slots() {
     assert_eq!((gate.inflight(), gate.queued()), (1, 1));
     reconciles(&gate);
 }
+
+#[test]
+fn a_queued_request_whose_caller_would_have_left_before_its_answer_is_not_sent() {
+    // One worker answering in 100 ms; callers give up after 200 ms. (No wait bound: the
+    // patience alone decides.)
+    let unbounded = QueueConfig {
+        wait_bound: f64::INFINITY,
+        ..QueueConfig::default()
+    };
+    let mut gate = fixed_gate(1, unbounded);
+    let mut running = admitted(gate.arrive(t(0), p(1, 0)));
+    let mut now = 0;
+    // For a second and a half every answer is late: each caller left 200 ms after it
+    // arrived, while its request was in the service or still queued.
+    let mut waiting = queued(gate.arrive(t(50), p(1, 0)));
+    while now < 1_500 {
+        now += 100;
+        gate.caller_left(t(now), Nanos::from_millis(200));
+        gate.complete(t(now), running, Outcome::Success);
+        let Some(Event::Admitted { permit, .. }) = gate.poll_event() else {
+            panic!("the queued request goes in at {now}")
+        };
+        running = permit;
+        waiting = queued(gate.arrive(t(now + 50), p(1, 0)));
+    }
+    assert!(gate.cancel(t(now + 60), waiting), "its caller left too");
+    // Now a request queued for 140 ms would be answered at 240 ms, after its caller left:
+    // it expires rather than taking the slot. One queued for 50 ms still goes in.
+    let stale = queued(gate.arrive(t(now + 60), p(1, 0)));
+    let fresh = queued(gate.arrive(t(now + 150), p(1, 0)));
+    gate.complete(t(now + 200), running, Outcome::Success);
+    let events = events(&mut gate);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0], Event::Expired { ticket: stale });
+    assert!(
+        matches!(events[1], Event::Admitted { ticket, .. } if ticket == fresh),
+        "{events:?}"
+    );
+    assert_eq!(gate.counters().total().expired, 1);
+}
+
+#[test]
+fn callers_who_rarely_leave_do_not_bound_the_wait() {
+    // As above, but only one caller in a hundred leaves: the others would wait.
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let mut running = admitted(gate.arrive(t(0), p(1, 0)));
+    for i in 1..=3_000 {
+        if i % 100 == 0 {
+            gate.caller_left(t(i), Nanos::from_millis(200));
+        }
+        gate.complete(t(i), running, Outcome::Success);
+        running = admitted(gate.arrive(t(i), p(1, 0)));
+    }
+    let now = 3_000;
+    let stale = queued(gate.arrive(t(now), p(1, 0)));
+    gate.complete(t(now + 250), running, Outcome::Success);
+    assert!(matches!(events(&mut gate)[..], [Event::Admitted { ticket, .. }] if ticket == stale));
+}

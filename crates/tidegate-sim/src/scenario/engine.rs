@@ -688,10 +688,14 @@ impl<'a> Run<'a> {
             }
             a.waiting = false;
             let i = usize::from(a.instance);
-            if let (Some(ticket), Front::Gates(gates)) = (a.ticket, &mut self.front)
-                && gates[i].cancel(now, ticket)
-            {
-                a.ticket = None;
+            if let Front::Gates(gates) = &mut self.front {
+                if let Some(ticket) = a.ticket
+                    && gates[i].cancel(now, ticket)
+                {
+                    a.ticket = None;
+                } else if a.permit.is_some() {
+                    gates[i].caller_left(now, self.scenario.load.timeout);
+                }
             }
             let retries = &self.scenario.load.retries;
             if retries.on_timeout && self.attempts[idx as usize].number < retries.max {
