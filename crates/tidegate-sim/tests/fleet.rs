@@ -41,6 +41,11 @@ fn the_chain_scenario_shortened() {
         unsalted.agreement().unwrap_or(1.0) < tidegate_agreement,
         "{unsalted:?}"
     );
+    // The same over cohorts (issue 15's unit) is measured beside it.
+    assert!(
+        tidegate.cohort_agreement().is_some_and(|a| a > 0.5),
+        "{tidegate:?}"
+    );
     assert!(
         tidegate.wasted_share().is_some_and(|w| w <= 0.01),
         "{tidegate:?}"

@@ -221,6 +221,9 @@ struct Engine<'a> {
     budget: Option<RetryBudget>,
     throttle: Option<AdaptiveThrottle>,
     agreement: AgreementTracker,
+    /// The same decisions by the cohort (the priority rank: tier and cohort) rather than the
+    /// user, issue 15's unit.
+    cohort_agreement: AgreementTracker,
     result: ArmResult,
 }
 
@@ -313,6 +316,7 @@ impl<'a> Engine<'a> {
                 .then(|| RetryBudget::new(&RetryBudgetConfig::default())),
             throttle: arm.throttle().map(|config| AdaptiveThrottle::new(&config)),
             agreement: AgreementTracker::default(),
+            cohort_agreement: AgreementTracker::default(),
             result: ArmResult {
                 name: arm.name.clone(),
                 shed: vec![0; scenario.hops.len()],
@@ -600,9 +604,23 @@ impl<'a> Engine<'a> {
         if c.hop != 0 || !self.arm.gate {
             return;
         }
-        let (user, proxy) = (c.user, c.proxy);
+        let (user, proxy, rank) = (c.user, c.proxy, c.priority.rank());
         if let Some(closed) = self.agreement.record(self.now, user, proxy, shed) {
             self.close_second(closed);
+        }
+        let by_cohort = self
+            .cohort_agreement
+            .record(self.now, rank.into(), proxy, shed);
+        if let Some(closed) = by_cohort {
+            self.close_cohort_second(closed);
+        }
+    }
+
+    fn close_cohort_second(&mut self, closed: AgreementSecond) {
+        let t = Nanos::from_secs(closed.second);
+        if t >= self.scenario.measure_from && t < self.scenario.duration {
+            self.result.cohort_agree.0 += closed.everywhere;
+            self.result.cohort_agree.1 += closed.somewhere;
         }
     }
 
@@ -804,6 +822,8 @@ impl<'a> Engine<'a> {
     fn into_result(mut self) -> ArmResult {
         let closed = self.agreement.close();
         self.close_second(closed);
+        let closed = self.cohort_agreement.close();
+        self.close_cohort_second(closed);
         self.result.reasons = self
             .hops
             .iter()

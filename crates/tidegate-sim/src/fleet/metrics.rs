@@ -95,6 +95,12 @@ pub struct ArmResult {
     /// Sums over the measured seconds of the users shed everywhere they were seen and of
     /// those shed somewhere (the agreement's numerator and denominator).
     pub agree: (u64, u64),
+    /// The same sums over cohorts (priority ranks, the tier and the cohort of the caller
+    /// key's hash) rather than users: issue 15's own unit, "of the cohorts shed in a second,
+    /// the fraction shed on every instance". A cohort holds several users, so an edge proxy
+    /// sees it more often in a second than it sees one user, and a line that moves within
+    /// the second shows more (see `docs/experiments/README.md`, "Fleets and call chains").
+    pub cohort_agree: (u64, u64),
     /// Sums over the measured seconds of the users shed somewhere but not everywhere they
     /// were seen, by why the edge proxies that shed them did (a user shed for two reasons in
     /// a second counts under both).
@@ -127,6 +133,12 @@ impl ArmResult {
         ratio(self.agree.0, self.agree.1)
     }
 
+    /// Of the cohorts (priority ranks) shed in a second and seen by at least two edge
+    /// proxies, the share shed by every edge proxy that saw them.
+    pub fn cohort_agreement(&self) -> Option<f64> {
+        ratio(self.cohort_agree.0, self.cohort_agree.1)
+    }
+
     /// First-hop admissions whose chain failed later, as a share of first-hop admissions.
     pub fn wasted_share(&self) -> Option<f64> {
         ratio(self.wasted, self.edge_admitted)
@@ -156,7 +168,8 @@ impl ArmResult {
     }
 }
 
-/// Which edge proxies saw and shed each user in the current second.
+/// Which edge proxies saw and shed each user (or each cohort: any `u32` key) in the current
+/// second.
 #[derive(Debug, Default)]
 pub(crate) struct AgreementTracker {
     second: u64,

@@ -59,17 +59,18 @@ fn refusals(counts: &ByRefusal) -> String {
 
 fn main_table(results: &[ArmResult]) -> String {
     let mut out = String::from(
-        "| arm | cohort agreement | wasted work | attempts per request | goodput (of bottleneck) | tiers 0-1 served | tiers 2-5 served | shed per hop | hint drops |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+        "| arm | cohort agreement | the same over cohorts | wasted work | attempts per request | goodput (of bottleneck) | tiers 0-1 served | tiers 2-5 served | shed per hop | hint drops |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let (important, other) = r.served();
         let shed: Vec<String> = r.shed.iter().map(u64::to_string).collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} ({} of {}) | {} | {:.0}/s ({}) | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} ({} of {}) | {} | {:.0}/s ({}) | {} | {} | {} | {} |",
             r.name,
             percent(r.agreement()),
+            percent(r.cohort_agreement()),
             percent(r.wasted_share()),
             r.wasted,
             r.edge_admitted,
