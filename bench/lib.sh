@@ -43,10 +43,11 @@ bench_start() {
     trap 'stop_started; rm -rf "$work"' EXIT
 }
 
-# build_tidegate: the release build of the CLI, its path in $tidegate ($root: the repository).
+# build_tidegate: the release build of the CLI, its path in $tidegate ($root: the repository;
+# the build goes to CARGO_TARGET_DIR when set, as cargo's does, given as an absolute path).
 build_tidegate() {
     cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p tidegate
-    tidegate="$root/target/release/tidegate"
+    tidegate="${CARGO_TARGET_DIR:-$root/target}/release/tidegate"
 }
 
 # stop_started: kills the processes whose ids the calling script put in its array `pids`, and

@@ -26,8 +26,10 @@
 # For each proxy: its maximum (wrk, closed loop, 2 s) under the handicap, then `tidegate load`
 # at half of tidegate's maximum (the unloaded p99) and at 2, 5 and 10 times it, SECONDS each,
 # timeout 2 s. Prints per point the offered rate, successes per second and their share of the
-# proxy's maximum, the successes' p50 and p99, and the sheds, timeouts, errors and requests
-# not sent (max 10,000 in flight). A benchmark, not a test.
+# proxy's maximum, the successes' p50 and p99, the sheds, the refusals' p50 and p99 (answers
+# with a status other than 2xx or 3xx, timed like the successes; a connect refused or a
+# handshake the kernel dropped is no answer: it counts as an error or a timeout, untimed), and
+# the timeouts, errors and requests not sent (max 10,000 in flight). A benchmark, not a test.
 set -euo pipefail
 
 secs="${1:-10}"
@@ -124,21 +126,22 @@ import json, sys
 try:
     r = json.load(open(sys.argv[1]))
 except ValueError:
-    print(f"| {sys.argv[2]} | {float(sys.argv[3]):.0f} | 0 | 0.00 | | | | all | | |"); sys.exit()
+    print(f"| {sys.argv[2]} | {float(sys.argv[3]):.0f} | 0 | 0.00 | | | | | | all | | |"); sys.exit()
 t = (r.get("steady") or {}).get("total") or r["total"]
 secs = (r.get("steady") or {}).get("seconds") or r["run"]["duration_s"]
 name, rate, peak = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 ok = t["ok"] / secs
-lat = t["latency_ms"]
+lat, ref = t["latency_ms"], t["refused_latency_ms"]
+refused = f"{ref['p50']:.1f} | {ref['p99']:.1f}" if ref["count"] else "- | -"
 print(f"| {name} | {rate:.0f} | {ok:.0f} | {ok / peak:.2f} | {lat['p50']:.1f} | {lat['p99']:.1f} | "
-      f"{t['shed'] / secs:.0f} | {t['timed_out'] / secs:.0f} | {t['errors'] / secs:.0f} | {t['not_sent'] / secs:.0f} |")
+      f"{t['shed'] / secs:.0f} | {refused} | {t['timed_out'] / secs:.0f} | {t['errors'] / secs:.0f} | {t['not_sent'] / secs:.0f} |")
 PY
 }
 
 tg_max=$(max_rate $tg_port)
 echo "handicap: nice $niceness beside a nice-0 hog on core $(($(nproc) - 1)), one worker each; $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
-echo "| row | offered/s | ok/s | ok / max | p50 ms | p99 ms | shed/s | timed out/s | errors/s | not sent/s |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| row | offered/s | ok/s | ok / max | p50 ms | p99 ms | shed/s | refused p50 ms | refused p99 ms | timed out/s | errors/s | not sent/s |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for row in "tidegate $tg_port" \
     "tidegate-max-conn-32 $max_port" "tidegate-wait-32 $wait_port" \
     "${before_row[@]}" \
@@ -147,7 +150,7 @@ for row in "tidegate $tg_port" \
     "nginx-limit-conn-32 $conn32_port"; do
     read -r name port <<<"$row"
     max=$(max_rate "$port")
-    echo "| $name: max (wrk -c20, closed loop) | | $max | 1.00 | | | | | | |"
+    echo "| $name: max (wrk -c20, closed loop) | | $max | 1.00 | | | | | | | | |"
     for mult in 0.5 2 5 10; do
         point "$name" "$port" "$max" "$(awk -v m="$tg_max" -v x="$mult" 'BEGIN { printf "%.0f", m * x }')"
     done

@@ -38,6 +38,10 @@ pub(crate) struct TierCounts {
     errors: u64,
     /// Of the ok responses.
     latency: Histogram<u64>,
+    /// Of the answers that refused: a status other than 2xx or 3xx (the shed and the errors
+    /// with a status). A connection that fails, the kernel's refusal of a connect included,
+    /// is not an answer and is not timed here.
+    refused_latency: Histogram<u64>,
 }
 
 impl TierCounts {
@@ -49,6 +53,7 @@ impl TierCounts {
             timed_out: 0,
             errors: 0,
             latency: Histogram::new_from(template),
+            refused_latency: Histogram::new_from(template),
         }
     }
 
@@ -61,8 +66,14 @@ impl TierCounts {
             Outcome::Shed { by_tidegate, .. } => {
                 self.shed += 1;
                 self.shed_by_tidegate += u64::from(by_tidegate);
+                self.refused_latency.saturating_record(micros(latency));
             }
-            Outcome::Failed { .. } => self.errors += 1,
+            Outcome::Failed { status, .. } => {
+                self.errors += 1;
+                if status.is_some() {
+                    self.refused_latency.saturating_record(micros(latency));
+                }
+            }
             Outcome::TimedOut => self.timed_out += 1,
         }
     }
@@ -288,6 +299,11 @@ pub struct TierReport {
     pub goodput: f64,
     /// Of the ok responses, from the intended send time to the end of the response.
     pub latency_ms: Latency,
+    /// Of the answers with another status (429, 503, the errors that have a status), timed
+    /// the same way: how fast the excess is turned away. Connections that failed or were
+    /// never accepted (refused, reset, a handshake the kernel dropped until the timeout) are
+    /// not answers and are not in it: they count in `errors` or `timed_out`.
+    pub refused_latency_ms: Latency,
 }
 
 /// The requests scheduled in one second of the run.
@@ -480,6 +496,7 @@ fn summarize(
             send_rate: sent as f64 / seconds,
             goodput: c.ok as f64 / seconds,
             latency_ms: Latency::of(&c.latency),
+            refused_latency_ms: Latency::of(&c.refused_latency),
         }
     };
     let mut all = TierCounts::new(template);
@@ -491,6 +508,7 @@ fn summarize(
         all.errors += c.errors;
         // Same bounds on both sides: adding cannot fail.
         let _ = all.latency.add(&c.latency);
+        let _ = all.refused_latency.add(&c.refused_latency);
     }
     let total = tier_report(None, offered.iter().sum(), not_sent.iter().sum(), &all);
     let per_tier = tiers
@@ -553,7 +571,7 @@ impl fmt::Display for Report {
         writeln!(f)?;
         writeln!(
             f,
-            "{:<5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "{:<5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11} {:>11}",
             "tier",
             "sent",
             "ok",
@@ -567,15 +585,18 @@ impl fmt::Display for Report {
             "p90 ms",
             "p99 ms",
             "p99.9 ms",
-            "max ms"
+            "max ms",
+            "refused p50",
+            "refused p99"
         )?;
         for t in self.tiers.iter().chain(std::iter::once(&self.total)) {
-            let l = &t.latency_ms;
-            // No ok response, no latency: a dash rather than a misleading zero.
-            let ms = |v: f64| if l.count == 0 { "-".to_owned() } else { ms(v) };
+            let (l, r) = (&t.latency_ms, &t.refused_latency_ms);
+            // No answer, no latency: a dash rather than a misleading zero.
+            let of = |l: &Latency, v: f64| if l.count == 0 { "-".to_owned() } else { ms(v) };
+            let ms = |v: f64| of(l, v);
             writeln!(
                 f,
-                "{:<5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8.1} {:>9.1} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                "{:<5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8.1} {:>9.1} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11} {:>11}",
                 t.tier.map_or_else(|| "all".to_owned(), |t| t.to_string()),
                 t.sent,
                 t.ok,
@@ -590,6 +611,8 @@ impl fmt::Display for Report {
                 ms(l.p99),
                 ms(l.p999),
                 ms(l.max),
+                of(r, r.p50),
+                of(r, r.p99),
             )?;
         }
         if !self.statuses.is_empty() {
@@ -740,7 +763,92 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("errors: connect_refused x1"), "{text}");
-        let tier5 = text.lines().find(|l| l.starts_with("5 ")).unwrap();
-        assert!(tier5.ends_with(" -"), "no ok response, no latency: {tier5}");
+        let tier5: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("5 "))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            tier5[9..],
+            ["-", "-", "-", "-", "-", "1.00", "1.00"],
+            "no ok response, no latency; the refusal's own"
+        );
+    }
+
+    #[test]
+    fn refusals_are_timed_apart_from_successes_and_failed_connections_not_at_all() {
+        let mut r = Recorder::new(1, false).unwrap();
+        let ms = Duration::from_millis;
+        for _ in 0..98 {
+            r.record(0, (0, 0), false, Outcome::Ok { status: 200 }, ms(40));
+        }
+        let shed = Outcome::Shed {
+            status: 503,
+            by_tidegate: true,
+        };
+        for _ in 0..99 {
+            r.record(0, (0, 0), false, shed, ms(2));
+        }
+        let not_found = Outcome::Failed {
+            kind: ErrorKind::Status4xx,
+            status: Some(404),
+        };
+        r.record(0, (0, 0), false, not_found, ms(7));
+        // Not answers: a connect refused by the kernel, a connection reset, a timeout.
+        for kind in [ErrorKind::ConnectRefused, ErrorKind::Closed] {
+            r.record(
+                0,
+                (0, 0),
+                false,
+                Outcome::Failed { kind, status: None },
+                ms(900),
+            );
+        }
+        r.record(0, (0, 0), false, Outcome::TimedOut, ms(2000));
+        let dispatched = Dispatched {
+            offered: vec![202],
+            not_sent: vec![0],
+            seconds: vec![(202, 0)],
+            steady_offered: vec![0],
+            steady_not_sent: vec![0],
+            steady_from: None,
+            lag: r.lag_histogram(),
+            elapsed: Duration::from_secs(1),
+            stopped_early: false,
+        };
+        let report = Report::build(run_info(), &[], r, dispatched, 1);
+        let (ok, refused) = (&report.total.latency_ms, &report.total.refused_latency_ms);
+        assert_eq!((ok.count, refused.count), (98, 100), "{refused:?}");
+        assert!((ok.p99 - 40.0).abs() < 0.05, "{ok:?}");
+        assert!((refused.p50 - 2.0).abs() < 0.01, "{refused:?}");
+        assert!((refused.p99 - 2.0).abs() < 0.01, "{refused:?}");
+        assert!(
+            (refused.max - 7.0).abs() < 0.01,
+            "the 404 is a refusal: {refused:?}"
+        );
+        let json = report.to_json();
+        assert!(
+            json.contains("\"refused_latency_ms\": {\n      \"count\": 100,"),
+            "{json}"
+        );
+        let text = report.to_string();
+        let header: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("tier"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header[header.len() - 4..],
+            ["refused", "p50", "refused", "p99"]
+        );
+        let all: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("all"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(all[all.len() - 2..], ["2.00", "2.00"], "{text}");
     }
 }
