@@ -15,7 +15,9 @@ pub enum ShedReason {
     QueueFull,
     /// The service's lease allows nothing now.
     NoLease,
-    /// It waited in the queue past the queue timeout.
+    /// It waited in the queue past the queue timeout, or so long that, callers being seen
+    /// to leave after about that long, the service's mean answer would come after its caller
+    /// left (see `tidegate_core::gate::Gate::caller_left`).
     Expired,
     /// The gate went away while the request waited (not seen in practice: a queued request
     /// holds the gate).

@@ -376,3 +376,47 @@ async fn pie_steers_by_the_clock_when_only_the_traffic_ticks_it() {
     assert!(snapshot.regulator.reject_ratio > 0.3, "{snapshot:?}");
     assert!(totals.rejected_regulator > 3 * totals.expired, "{totals:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn once_callers_are_seen_leaving_a_waiter_that_would_answer_too_late_is_shed() {
+    // One slot answering in 100 ms; each caller leaves 200 ms after its request arrived,
+    // while the service still has it (as a proxy's client does): the permit says so.
+    let unbounded = QueueConfig {
+        wait_bound: f64::INFINITY,
+        ..queue(1_000)
+    };
+    let gate = fixed(1, unbounded);
+    let mut running = gate.acquire(p(1)).await.expect("admitted");
+    for _ in 0..15 {
+        tokio::time::advance(Duration::from_millis(50)).await;
+        let mut waiting = gate.acquire(p(1));
+        assert!((&mut waiting).now_or_never().is_none());
+        tokio::time::advance(Duration::from_millis(50)).await;
+        running.caller_left(Duration::from_millis(200));
+        running.success();
+        running = waiting
+            .now_or_never()
+            .expect("woken by the release")
+            .expect("admitted after 50 ms");
+    }
+    // A waiter that has waited 140 ms when the slot frees would, at the service's 100 ms,
+    // answer after its caller left: it is shed. One that waited 40 ms goes in.
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let mut stale = gate.acquire(p(1));
+    assert!((&mut stale).now_or_never().is_none());
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let mut fresh = gate.acquire(p(1));
+    assert!((&mut fresh).now_or_never().is_none());
+    tokio::time::advance(Duration::from_millis(40)).await;
+    running.success();
+    let shed = stale
+        .now_or_never()
+        .expect("decided by the release")
+        .expect_err("its caller would have left");
+    assert_eq!(shed.reason(), ShedReason::Expired);
+    fresh
+        .now_or_never()
+        .expect("woken by the release")
+        .expect("admitted")
+        .success();
+}
