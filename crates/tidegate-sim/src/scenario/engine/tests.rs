@@ -111,7 +111,9 @@ queue = {{ timeout = "1s" }}
         )
     };
     let (run, counters) = gate_counters(&doc("600ms"));
-    assert!(run.whole.figures.timeout_ratio > 0.3, "{:?}", run.whole);
+    // Late answers come (the gate's patience, learnt from them, then turns away before they
+    // are sent some of those that would be late: expired, not timed out).
+    assert!(run.whole.figures.timeout_ratio > 0.1, "{:?}", run.whole);
     assert!(counters.completed_ok > 0);
     assert_eq!(
         counters.completed_dropped, 0,
