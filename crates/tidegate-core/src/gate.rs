@@ -327,6 +327,10 @@ pub struct Snapshot {
     pub lease: Option<Lease>,
     pub regulator: RegulatorState,
     pub counters: Counters,
+    /// How long callers wait, as learnt from the ones that left (`None` while too few
+    /// leave to tell): what a queued request may wait, with the service's mean answer,
+    /// before it is not sent ([`Gate::caller_left`]).
+    pub callers_wait: Option<Nanos>,
 }
 
 /// The composition of a [`Limit`], a [`Regulator`] and a [`PriorityQueue`].
@@ -671,6 +675,7 @@ impl Gate {
             lease: self.lease,
             regulator: self.regulator.state(),
             counters: self.counters,
+            callers_wait: self.patience.learnt(now).map(Nanos::from_secs_f64),
         }
     }
 

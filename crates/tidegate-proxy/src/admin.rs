@@ -184,6 +184,7 @@ fn status(shared: &Shared) -> Value {
                         "outstanding": slot.outstanding.load(Ordering::Relaxed),
                         "queued": s.queued,
                         "oldest_wait_seconds": s.oldest_wait.as_secs_f64(),
+                        "callers_wait_seconds": s.callers_wait.map(|wait| wait.as_secs_f64()),
                         "lease": lease,
                         "reject_ratio": s.regulator.reject_ratio,
                         "cutoff_rank": s.regulator.cutoff_rank,

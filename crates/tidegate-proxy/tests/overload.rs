@@ -198,6 +198,34 @@ async fn a_client_gone_while_in_flight_keeps_its_slot_until_the_upstream_answers
 }
 
 #[tokio::test]
+async fn clients_gone_while_the_upstream_works_teach_the_gate_how_long_callers_wait() {
+    let origin = Origin::start("a").await;
+    let proxy = TestProxy::start(fixed(config(&[&origin]), 4, 10)).await;
+    let callers_wait = || async { proxy.gate("a").await["callers_wait_seconds"].clone() };
+    assert!(callers_wait().await.is_null(), "nobody left yet");
+    // Two clients leave while the origin holds their requests, and a third a second later:
+    // the second is a whole period in which every request that ended was a caller leaving.
+    let leave = |n: usize| {
+        let proxy = &proxy;
+        let origin = &origin;
+        async move {
+            let impatient = raw_request(proxy, "/hold").await;
+            origin.wait_held(n).await;
+            drop(impatient);
+        }
+    };
+    leave(1).await;
+    leave(2).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    leave(3).await;
+    eventually("the gate to learn how long its callers wait", || async {
+        callers_wait().await.as_f64().is_some_and(|wait| wait > 0.0)
+    })
+    .await;
+    origin.release(3);
+}
+
+#[tokio::test]
 async fn a_client_gone_while_in_flight_frees_its_slot_at_once_when_told_to() {
     let origin = Origin::start("a").await;
     let mut config = fixed(config(&[&origin]), 1, 10);
