@@ -586,7 +586,7 @@ impl Gate {
     /// request that has waited so long that the service's mean answer would come after its
     /// caller left is then not sent, see `patience.rs`).
     pub fn caller_left(&mut self, now: Time, waited: Nanos) {
-        self.patience.left(now, waited, self.stats.completed + 1);
+        self.patience.left(now, waited, self.stats.completed);
     }
 
     /// The caller of a queued request went away. Returns false if the ticket is no longer
@@ -595,8 +595,7 @@ impl Gate {
         match self.queue.remove(ticket) {
             Some(entry) => {
                 self.counters.tier(entry.priority).cancelled_queued += 1;
-                self.patience
-                    .left(now, now - entry.enqueued, self.stats.completed + 1);
+                self.caller_left(now, now - entry.enqueued);
                 self.note_if_empty(now);
                 true
             }

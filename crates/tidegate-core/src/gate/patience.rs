@@ -16,10 +16,13 @@
 
 use crate::time::{Nanos, Time};
 
-/// The period over which the callers who left are counted against the requests that ended.
+/// The period over which the callers who left are counted against the requests that
+/// completed.
 const PERIOD: Nanos = Nanos::from_secs(1);
 
-/// The share of the requests ended in a period whose callers left, from which on their wait
+/// The share of the requests completed in a period (at least the callers who left, as a
+/// queued request whose caller left never completes) that the callers who left are, from
+/// which on their wait
 /// is taken as what callers wait: the share of drops Autotune tolerates before it backs off
 /// (a twentieth of the work thrown away is overload, not chance).
 const LEFT_SHARE: f64 = 0.05;
@@ -32,7 +35,7 @@ const MEMORY: Nanos = Nanos::from_secs(10);
 /// The callers who left in the current period, and what they waited.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Patience {
-    /// When the current period began, and how many requests had ended by then.
+    /// When the current period began, and how many requests had completed by then.
     start: Option<(Time, u64)>,
     left: u32,
     waited: f64,
@@ -41,28 +44,30 @@ pub(super) struct Patience {
 }
 
 impl Patience {
-    /// A caller left at `now` after waiting `waited` since its request arrived; `ended` is
-    /// how many requests had ended in the gate by then (the callers who left included).
-    pub(super) fn left(&mut self, now: Time, waited: Nanos, ended: u64) {
-        self.roll(now, ended);
+    /// A caller left at `now` after waiting `waited` since its request arrived; `completed`
+    /// is how many requests the gate had seen complete by then.
+    pub(super) fn left(&mut self, now: Time, waited: Nanos, completed: u64) {
+        self.roll(now, completed);
         self.left += 1;
         self.waited += waited.as_secs_f64();
     }
 
     /// Closes the current period if it is over.
-    fn roll(&mut self, now: Time, ended: u64) {
-        let Some((start, ended_before)) = self.start else {
-            self.start = Some((now, ended));
+    fn roll(&mut self, now: Time, completed: u64) {
+        let Some((start, completed_before)) = self.start else {
+            self.start = Some((now, completed));
             return;
         };
         if now.saturating_since(start) < PERIOD {
             return;
         }
-        let total = ended.saturating_sub(ended_before).max(u64::from(self.left));
+        let total = completed
+            .saturating_sub(completed_before)
+            .max(u64::from(self.left));
         if self.left >= 2 && f64::from(self.left) >= LEFT_SHARE * total as f64 {
             self.learnt = Some((now, self.waited / f64::from(self.left)));
         }
-        self.start = Some((now, ended));
+        self.start = Some((now, completed));
         self.left = 0;
         self.waited = 0.0;
     }
