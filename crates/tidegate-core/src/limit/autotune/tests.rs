@@ -1310,3 +1310,50 @@ fn config_round_trips_and_rejects_unknown_keys() {
     );
     assert!(toml::from_str::<AutotuneConfig>("alpha = 3").is_err());
 }
+
+/// Runs `a` in front of a service that is always saturated (every slot the limit gives
+/// refilled at once) and whose work is exponential of mean `work` at any concurrency, for
+/// `duration`; returns the baseline it holds then, as a fraction of `work`.
+fn baseline_on_exponential_work(a: &mut Autotune, work: Nanos, duration: Nanos) -> Option<f64> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut rng = crate::rng::Rng::seed(7);
+    let draw = |rng: &mut crate::rng::Rng| work.mul_f64(-(1.0 - rng.next_f64()).ln());
+    // (completion, admission, inflight at admission)
+    let mut running = BinaryHeap::new();
+    let end = Time::ZERO + duration;
+    let mut now = Time::ZERO;
+    while now < end {
+        while (running.len() as u32) < a.limit() {
+            let inflight = running.len() as u32 + 1;
+            running.push(Reverse((now + draw(&mut rng), now, inflight)));
+        }
+        let Some(Reverse((done, admitted, inflight))) = running.pop() else {
+            break;
+        };
+        now = done;
+        a.on_sample(&Sample {
+            now,
+            rtt: done - admitted,
+            inflight,
+            outcome: Outcome::Success,
+        });
+    }
+    a.base.map(|base| base.value / work.as_secs_f64())
+}
+
+#[test]
+fn windows_filled_in_slow_start_do_not_sink_the_baseline() {
+    // 100 ms of exponential work with no knee in sight: the service's mean is 100 ms at
+    // every concurrency, and slow start doubles the limit from 20 to its ceiling of 1000.
+    // After each doubling half the slots start fresh, and their requests in flight at the
+    // window's close (of mean age one work time, by renewal theory) are left out of its
+    // answers: the windows after the last doublings read 3% short, and the baseline sank
+    // to 0.966 of the mean and stayed there (at 20 s: 0.966). Corrected by the requests
+    // in flight at each close, once the next window has seen them answer, the baseline
+    // is refined back to the mean (1.003).
+    let mut a = Autotune::new(&config(20));
+    let base = baseline_on_exponential_work(&mut a, Nanos::from_millis(100), secs(20));
+    assert_eq!(a.limit(), 1000);
+    assert!(base.is_some_and(|base| base > 0.98), "{base:?}");
+}
