@@ -198,6 +198,8 @@ struct Censored {
     srtt: f64,
     variance: f64,
     weight: f64,
+    /// The latency rule grew the limit on the window: it read no queue.
+    grown: bool,
 }
 
 /// Standard errors of the swap by which a window's corrected mean must differ from its
@@ -210,9 +212,8 @@ const SWAP_EVIDENCE: f64 = 2.0;
 struct Provisional {
     /// The baseline as the uncorrected offer left it: redone only if still so.
     after: Baseline,
-    /// The baseline before the offer and the precision asked of it, or none if the window
-    /// anchored it.
-    before: Option<(Baseline, f64)>,
+    /// The baseline before the offer and the precision asked of it.
+    before: (Baseline, f64),
 }
 
 impl Provisional {
@@ -822,16 +823,13 @@ impl Autotune {
         self.light = None;
         self.forget_served();
         if let Some(srtt) = self.srtt {
-            // On the corrected smoothed rtt where it is known; where the window that set it
-            // is still open to correction, redone once it is (see `settle_offer`).
-            let pending = self.offer.is_some();
-            let corrected = if pending { srtt } else { srtt + self.srtt_bias };
-            let base = Baseline::anchored(corrected, self.srtt_var);
-            self.base = Some(base);
-            self.provisional = pending.then_some(Provisional {
-                after: base,
-                before: None,
-            });
+            // On the plain smoothed rtt, not redone with the corrected one (see
+            // `settle_offer`): a first baseline has no allowance for its noise, and the
+            // requests in flight at a close are also the latest, slower where a queue is
+            // forming (raised by them, RSocket's first baseline held its servers at 20
+            // over a queue, p99 596 ms against 18.9).
+            self.base = Some(Baseline::anchored(srtt, self.srtt_var));
+            self.provisional = None;
         }
     }
 
@@ -855,10 +853,26 @@ impl Autotune {
             // chance only, by about the spread over the answers swapped: a correction
             // within twice that is noise, and the plain mean stands (at a limit of 3, a
             // few answers swapped, a cache's rare slow ones moved the mean either way).
+            // Nor does one that lowers it: the answers left out are the longer ones, so
+            // the bias is only ever short, and the baseline, a minimum, keeps whatever a
+            // chance correction lowers (the textbook service at 3x, 30 workers: 286 ok/s
+            // of 300 with both, under its 97%).
             let spread = spread.max(offer.window_variance * n);
             let swapped = f64::from(offer.at_open.0 + offer.at_close.0);
             let noise = (spread * swapped).sqrt() / count;
-            if (mean - offer.mean).abs() > SWAP_EVIDENCE * noise {
+            // And only where the slots in use grew during the window (more requests in
+            // flight at its close than at its open, beyond the noise of the counts): the
+            // bias comes from slots filled during the window, and where as many were busy
+            // at both ends the windows of the textbook service at 3x (30 workers, 100 ms of
+            // exponential work) swapped 43 answers for 43 and read 5% longer on each, which
+            // raised its baseline and cost its steady state 2% of capacity.
+            let grew = f64::from(offer.at_close.0) - f64::from(offer.at_open.0)
+                > SWAP_EVIDENCE * swapped.sqrt();
+            // Only where the latency rule read no queue in the window: past the knee the
+            // requests in flight at the close are also the latest and slower, as a queue
+            // forms (slow start at 40 and 80 for the textbook service's 30 workers).
+            let grew = grew && offer.grown;
+            if grew && mean - offer.mean > SWAP_EVIDENCE * noise {
                 (mean, spread / count)
             } else {
                 (offer.mean, offer.window_variance)
@@ -882,17 +896,9 @@ impl Autotune {
             return;
         }
         let clear = base.clear;
-        *base = match provisional.before {
-            Some((mut before, needed)) => {
-                before.observe(srtt, srtt_variance, needed);
-                before
-            }
-            // A first baseline is one window's, with no allowance for its noise: the
-            // correction may raise it, never lower it (a cache in front of a store
-            // answering in 18 s, 8-s windows: anchored at 0.8 s instead of 2.9 for a mean
-            // of 2, every window after read as a queue).
-            None => Baseline::anchored(srtt.max(offer.srtt), srtt_variance),
-        };
+        let (mut before, needed) = provisional.before;
+        before.observe(srtt, srtt_variance, needed);
+        *base = before;
         base.clear |= clear;
     }
 
@@ -917,7 +923,9 @@ impl Autotune {
             };
             self.srtt = Some(srtt);
             self.srtt_var = var;
-            self.offer = Some(Censored {
+            // Not the first window: its requests all started with it, and those in flight
+            // at its close are also the latest, slower where a queue is forming.
+            self.offer = (length != Nanos::MAX).then_some(Censored {
                 end: now,
                 length,
                 successes: self.successes,
@@ -929,6 +937,7 @@ impl Autotune {
                 srtt,
                 variance: var,
                 weight,
+                grown: false,
             });
             // A censored window (see `LITTLE_EXCESS`, `FIRST_WINDOW_RTTS`) seeds the
             // smoothing but neither anchors nor moves the baseline. (Not seeding the
@@ -944,7 +953,7 @@ impl Autotune {
                     base.observe(srtt, var, needed);
                     self.provisional = Some(Provisional {
                         after: *base,
-                        before: Some((before, needed)),
+                        before: (before, needed),
                     });
                 }
                 Some(_) => {}
@@ -1551,6 +1560,12 @@ impl Autotune {
                 _ => self.latency_rule(rtt, censored, now, length),
             };
             self.fresh = false;
+            if moved == Move::Grow
+                && let Some(offer) = &mut self.offer
+                && offer.end == now
+            {
+                offer.grown = true;
+            }
             let held = moved != Move::Shrink && judged.is_none();
             self.watch_served(rtt, held, in_force, tol, inflight);
             self.watch_demand(throughput, f64::from(self.inflight_max) >= in_force);
