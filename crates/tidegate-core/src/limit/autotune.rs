@@ -151,79 +151,6 @@ impl Baseline {
 /// same level as the baseline (see [`Baseline::observe`]).
 const SAME_LEVEL: f64 = 2.0;
 
-/// A measured window's mean rtt, to be corrected for the requests still in flight at its
-/// close once the next window has seen them answer (see [`Autotune::settle_offer`]).
-///
-/// A window's answers leave out the requests in flight at its close, and take in those in
-/// flight at its open. Where as many slots were busy at both ends, the two balance; where
-/// slots were filled during the window (after a doubling in slow start, half its slots
-/// start fresh), a fresh slot holds at the close a request of mean age `m (1 + c^2) / 2`
-/// (renewal theory, `c` the work's coefficient of variation) that no answer counts: the
-/// window reads short by about `m (1 + c^2) / (4 T)` of the mean for a window of length
-/// `T` (10% for exponential work in windows of 5 rtts, 30-55% for a cache's bimodal work),
-/// and the baseline sank under the service's mean on it. The correction swaps the window's
-/// answers that were in flight at its open for the requests in flight at its close that
-/// answered within a window's length after it, each with its whole rtt: where as many
-/// slots were busy at both ends the two sets are alike in expectation (both are drawn by
-/// their length from the service's work), and where slots were filled during the window
-/// the second holds the fresh slots' requests the answers left out (for exponential work
-/// in a window after a doubling, exactly what the plain mean missed). A service of
-/// constant work is read exactly either way: its answers are all alike. (Counting each
-/// request's time within the window instead, the total time on test over the answers,
-/// is exact for exponential work, but read the constant 2 s of a service measured in
-/// windows of one rtt anywhere from 1.4 to 3.6 s: its boundaries are most of it.) The
-/// gate does not tell a limit what is in flight, but each request in flight at the close
-/// answers later with its admission time (`now - rtt`): the next window's answers
-/// admitted before this window's close are those requests.
-#[derive(Clone, Copy, Debug)]
-struct Censored {
-    /// The window's close.
-    end: Time,
-    /// The length of the window before it: a request in flight at its close is counted if
-    /// it was admitted within as long before the close and answered within as long after,
-    /// as its own answers in flight at its open were counted.
-    length: Nanos,
-    successes: u32,
-    /// The window's plain mean rtt, in seconds, the sum of its successes' squares, and
-    /// the variance of that mean.
-    mean: f64,
-    sum_sq: f64,
-    window_variance: f64,
-    /// Its successes that were in flight at its open: how many, the sum of their rtts and
-    /// of their squares.
-    at_open: (u32, f64, f64),
-    /// The requests in flight at `end` that answered since, likewise.
-    at_close: (u32, f64, f64),
-    /// The smoothed rtt the window set, its variance, and the window's weight in it.
-    srtt: f64,
-    variance: f64,
-    weight: f64,
-    /// The latency rule grew the limit on the window: it read no queue.
-    grown: bool,
-}
-
-/// Standard errors of the swap by which a window's corrected mean must differ from its
-/// plain one to stand (see [`Autotune::settle_offer`]).
-const SWAP_EVIDENCE: f64 = 2.0;
-
-/// What a window did to the baseline with its uncorrected smoothed rtt, to be done again
-/// with the corrected one (see [`Autotune::settle_offer`]).
-#[derive(Clone, Copy, Debug)]
-struct Provisional {
-    /// The baseline as the uncorrected offer left it: redone only if still so.
-    after: Baseline,
-    /// The baseline before the offer and the precision asked of it.
-    before: (Baseline, f64),
-}
-
-impl Provisional {
-    fn still(&self, base: &Baseline) -> bool {
-        base.value.to_bits() == self.after.value.to_bits()
-            && base.variance.to_bits() == self.after.variance.to_bits()
-            && base.windows == self.after.windows
-    }
-}
-
 /// The least-served recent window whose rate the demand set (the limit was never reached):
 /// if a window within [`RING`] windows after it served a third more (`1 / probe_factor`),
 /// beyond two standard errors of their counts' noise (a Poisson count's, `1 / sqrt(n)` in
@@ -618,18 +545,6 @@ pub struct Autotune {
     srtt_var: f64,
     inflight_sum: u64,
     inflight_max: u32,
-    /// The window's successes in flight at its open, and the sum of their rtts in seconds
-    /// (see [`Censored`]).
-    success_at_open: (u32, f64, f64),
-    /// The length of the window before the open one (see [`Censored`]).
-    window_cap: Nanos,
-    /// The last window that updated `srtt`, until the next window's close corrects it.
-    offer: Option<Censored>,
-    /// What that window did to the baseline.
-    provisional: Option<Provisional>,
-    /// The correction of `srtt` for the requests in flight at each window's close, as far
-    /// as it is known: smoothed as `srtt` is, up to the last window settled.
-    srtt_bias: f64,
     /// See [`Light`].
     light: Option<Light>,
     /// The largest mean inflight of a window that the demand set (the limit was not
@@ -693,11 +608,6 @@ impl Autotune {
             srtt_var: 0.0,
             inflight_sum: 0,
             inflight_max: 0,
-            success_at_open: (0, 0.0, 0.0),
-            window_cap: Nanos::MAX,
-            offer: None,
-            provisional: None,
-            srtt_bias: 0.0,
             light: None,
             served: None,
             served_left: false,
@@ -714,14 +624,12 @@ impl Autotune {
     }
 
     fn open_window(&mut self, now: Time) {
-        self.window_cap = now.saturating_since(self.window_start);
         self.window_start = now;
         self.samples = 0;
         self.successes = 0;
         self.drops = 0;
         self.success_rtt = Nanos::ZERO;
         self.success_rtt_sq = 0.0;
-        self.success_at_open = (0, 0.0, 0.0);
         self.inflight_sum = 0;
         self.inflight_max = 0;
         self.at_due = None;
@@ -823,122 +731,24 @@ impl Autotune {
         self.light = None;
         self.forget_served();
         if let Some(srtt) = self.srtt {
-            // On the plain smoothed rtt, not redone with the corrected one (see
-            // `settle_offer`): a first baseline has no allowance for its noise, and the
-            // requests in flight at a close are also the latest, slower where a queue is
-            // forming (raised by them, RSocket's first baseline held its servers at 20
-            // over a queue, p99 596 ms against 18.9).
             self.base = Some(Baseline::anchored(srtt, self.srtt_var));
-            self.provisional = None;
         }
-    }
-
-    /// Corrects the last window that updated `srtt` for the requests in flight at its close
-    /// (see [`Censored`]), now that the window after it has seen them answer, and redoes
-    /// with the corrected smoothed rtt what it did to the baseline, if nothing changed the
-    /// baseline since. Requests still in flight are left out: a tail longer than a window
-    /// still reads short.
-    fn settle_offer(&mut self) {
-        let provisional = self.provisional.take();
-        let Some(offer) = self.offer.take() else {
-            return;
-        };
-        let n = f64::from(offer.successes);
-        let count = n - f64::from(offer.at_open.0) + f64::from(offer.at_close.0);
-        let (corrected, variance) = if count > 1.0 {
-            let mean = (offer.mean * n - offer.at_open.1 + offer.at_close.1) / count;
-            let sum_sq = offer.sum_sq - offer.at_open.2 + offer.at_close.2;
-            let spread = ((sum_sq - count * mean * mean) / (count - 1.0)).max(0.0);
-            // Where as many slots were busy at both ends the swap changes the mean by
-            // chance only, by about the spread over the answers swapped: a correction
-            // within twice that is noise, and the plain mean stands (at a limit of 3, a
-            // few answers swapped, a cache's rare slow ones moved the mean either way).
-            // Nor does one that lowers it: the answers left out are the longer ones, so
-            // the bias is only ever short, and the baseline, a minimum, keeps whatever a
-            // chance correction lowers (the textbook service at 3x, 30 workers: 286 ok/s
-            // of 300 with both, under its 97%).
-            let spread = spread.max(offer.window_variance * n);
-            let swapped = f64::from(offer.at_open.0 + offer.at_close.0);
-            let noise = (spread * swapped).sqrt() / count;
-            // And only where the slots in use grew during the window (more requests in
-            // flight at its close than at its open, beyond the noise of the counts): the
-            // bias comes from slots filled during the window, and where as many were busy
-            // at both ends the windows of the textbook service at 3x (30 workers, 100 ms of
-            // exponential work) swapped 43 answers for 43 and read 5% longer on each, which
-            // raised its baseline and cost its steady state 2% of capacity.
-            let grew = f64::from(offer.at_close.0) - f64::from(offer.at_open.0)
-                > SWAP_EVIDENCE * swapped.sqrt();
-            // Only where the latency rule read no queue in the window: past the knee the
-            // requests in flight at the close are also the latest and slower, as a queue
-            // forms (slow start at 40 and 80 for the textbook service's 30 workers).
-            let grew = grew && offer.grown;
-            if grew && mean - offer.mean > SWAP_EVIDENCE * noise {
-                (mean, spread / count)
-            } else {
-                (offer.mean, offer.window_variance)
-            }
-        } else {
-            (offer.mean, offer.window_variance)
-        };
-        self.srtt_bias =
-            offer.weight * (corrected - offer.mean) + (1.0 - offer.weight) * self.srtt_bias;
-        let srtt = offer.srtt + self.srtt_bias;
-        // The smoothed rtt's variance with the corrected window's in place of the plain
-        // one's: a correction that swapped a few slow answers for fast ones is as noisy as
-        // they are, and offers the baseline no more than its noise allows.
-        let srtt_variance = (offer.variance
-            + offer.weight * offer.weight * (variance - offer.window_variance))
-            .max(0.0);
-        let (Some(provisional), Some(base)) = (provisional, &mut self.base) else {
-            return;
-        };
-        if !provisional.still(base) {
-            return;
-        }
-        let clear = base.clear;
-        let (mut before, needed) = provisional.before;
-        before.observe(srtt, srtt_variance, needed);
-        *base = before;
-        base.clear |= clear;
     }
 
     /// The latency rule, on one closed window; returns what it did.
-    fn latency_rule(
-        &mut self,
-        rtt: Option<WindowRtt>,
-        censored: bool,
-        now: Time,
-        length: Nanos,
-    ) -> Move {
+    fn latency_rule(&mut self, rtt: Option<WindowRtt>, censored: bool) -> Move {
         // The successes' latency is learnt even in a window with drops.
         if let Some(window) = rtt {
             let w = self.config.smoothing.clamp(f64::MIN_POSITIVE, 1.0);
-            let (srtt, var, weight) = match self.srtt {
+            let (srtt, var) = match self.srtt {
                 Some(s) if !self.fresh => (
                     s + w * (window.mean - s),
                     (1.0 - w) * (1.0 - w) * self.srtt_var + w * w * window.variance_of_mean,
-                    w,
                 ),
-                _ => (window.mean, window.variance_of_mean, 1.0),
+                _ => (window.mean, window.variance_of_mean),
             };
             self.srtt = Some(srtt);
             self.srtt_var = var;
-            // Not the first window: its requests all started with it, and those in flight
-            // at its close are also the latest, slower where a queue is forming.
-            self.offer = (length != Nanos::MAX).then_some(Censored {
-                end: now,
-                length,
-                successes: self.successes,
-                mean: window.mean,
-                sum_sq: self.success_rtt_sq,
-                window_variance: window.variance_of_mean,
-                at_open: self.success_at_open,
-                at_close: (0, 0.0, 0.0),
-                srtt,
-                variance: var,
-                weight,
-                grown: false,
-            });
             // A censored window (see `LITTLE_EXCESS`, `FIRST_WINDOW_RTTS`) seeds the
             // smoothing but neither anchors nor moves the baseline. (Not seeding the
             // smoothing either, an unbiased baseline, moved Kanaloa's limit from 25 to 30
@@ -947,14 +757,7 @@ impl Autotune {
             let tol = self.tolerance();
             match &mut self.base {
                 Some(base) if !censored => {
-                    // Redone with the corrected rtt once the next window closes.
-                    let before = *base;
-                    let needed = tol * base.value / WINDOW_PRECISION;
-                    base.observe(srtt, var, needed);
-                    self.provisional = Some(Provisional {
-                        after: *base,
-                        before: (before, needed),
-                    });
+                    base.observe(srtt, var, tol * base.value / WINDOW_PRECISION);
                 }
                 Some(_) => {}
                 None if !censored => {
@@ -966,11 +769,6 @@ impl Autotune {
                     if window.mean > srtt {
                         self.srtt = Some(window.mean);
                         self.srtt_var = window.variance_of_mean;
-                        if let Some(offer) = &mut self.offer {
-                            offer.srtt = window.mean;
-                            offer.variance = window.variance_of_mean;
-                            offer.weight = 1.0;
-                        }
                     }
                     self.anchor();
                 }
@@ -1502,7 +1300,6 @@ impl Autotune {
 
     /// Closes the current window at `now`.
     fn close_window(&mut self, now: Time) {
-        self.settle_offer();
         let elapsed = now.saturating_since(self.window_start).as_secs_f64();
         // The first window's answers are those of the requests that finished first, the
         // short ones, unless it lasted many times their rtt: anchored on it, the baseline
@@ -1514,9 +1311,6 @@ impl Autotune {
         let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
         let rate = f64::from(self.samples) / elapsed.max(f64::MIN_POSITIVE);
         let first = std::mem::take(&mut self.first_window);
-        // The first window's requests started with it: nothing was in flight before it,
-        // and every request in flight at its close counts.
-        let length = if first { Nanos::MAX } else { self.window_cap };
         let censored = rtt.is_some_and(|rtt| {
             (first && elapsed < FIRST_WINDOW_RTTS * rtt.mean)
                 || inflight > LITTLE_EXCESS * rate * rtt.mean + 1.0
@@ -1557,15 +1351,9 @@ impl Autotune {
                         Move::Grow
                     }
                 }
-                _ => self.latency_rule(rtt, censored, now, length),
+                _ => self.latency_rule(rtt, censored),
             };
             self.fresh = false;
-            if moved == Move::Grow
-                && let Some(offer) = &mut self.offer
-                && offer.end == now
-            {
-                offer.grown = true;
-            }
             let held = moved != Move::Shrink && judged.is_none();
             self.watch_served(rtt, held, in_force, tol, inflight);
             self.watch_demand(throughput, f64::from(self.inflight_max) >= in_force);
@@ -1664,29 +1452,6 @@ impl Limit for Autotune {
             self.success_rtt += sample.rtt;
             let rtt = sample.rtt.as_secs_f64();
             self.success_rtt_sq += rtt * rtt;
-            // Whether it was in flight at the window's open (not in the first window:
-            // nothing was in flight before it), or at the last window's close (see
-            // `Censored`).
-            let admitted =
-                Time::from_nanos(sample.now.as_nanos().saturating_sub(sample.rtt.as_nanos()));
-            if !self.first_window
-                && admitted < self.window_start
-                && self.window_start.saturating_since(admitted) <= self.window_cap
-                && sample.now.saturating_since(self.window_start) <= self.window_cap
-            {
-                self.success_at_open.0 += 1;
-                self.success_at_open.1 += rtt;
-                self.success_at_open.2 += rtt * rtt;
-            }
-            if let Some(offer) = &mut self.offer
-                && admitted < offer.end
-                && offer.end.saturating_since(admitted) <= offer.length
-                && sample.now.saturating_since(offer.end) <= offer.length
-            {
-                offer.at_close.0 += 1;
-                offer.at_close.1 += rtt;
-                offer.at_close.2 += rtt * rtt;
-            }
         } else {
             self.drops += 1;
         }
