@@ -49,12 +49,8 @@ wait_port=18687 wait_admin=18697
 waitng_port=18688 waitng_admin=18698
 before_port=18689 before_admin=18699
 
-# The handicap: a CPU hog at nice 0 on the proxies' core, each proxy at nice $niceness
-# beside it, so that the scheduler gives a running proxy a small share of the core (about
-# 1.4% at nice 19) in short slices, rather than whole periods off as a CPU quota would.
-"${proxy_cpu[@]}" sh -c 'while :; do :; done' & pids+=($!)
-handicapped=(nice -n "$niceness" "${proxy_cpu[@]}")
-trap 'stop_started; rm -rf "$work"' EXIT
+# The proxies run handicapped: at nice $niceness beside a CPU hog on their core.
+handicap "$niceness"
 
 hello_origin "$work/origin" "$origin_port"
 for n in 4 32; do

@@ -36,11 +36,11 @@ if [[ -n $binary ]]; then tidegate=$binary; else build_tidegate; fi
 place_cpus
 
 origin_port=18780 port=18781 admin=18791
-"${proxy_cpu[@]}" sh -c 'while :; do :; done' & pids+=($!)
+handicap "$niceness"
 hello_origin "$work/origin" "$origin_port"
 "${rest_cpu[@]}" nginx -p "$work/origin" -c "$work/origin/nginx.conf" & pids+=($!)
 printf '[connections]\nmax = 32\nat_max = "wait"\nbacklog = 32\n' >"$work/wait.toml"
-nice -n "$niceness" "${proxy_cpu[@]}" "$tidegate" proxy --config "$work/wait.toml" \
+"${handicapped[@]}" "$tidegate" proxy --config "$work/wait.toml" \
     --upstream "http://127.0.0.1:$origin_port" --listen "127.0.0.1:$port" \
     --admin "127.0.0.1:$admin" --threads 1 >"$work/proxy.log" 2>&1 & pids+=($!)
 proxy_pid=$!
