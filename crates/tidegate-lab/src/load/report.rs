@@ -670,6 +670,15 @@ mod tests {
         }
     }
 
+    /// The words of the text report's first line that starts with `prefix`.
+    fn row<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting with {prefix:?}: {text}"))
+            .split_whitespace()
+            .collect()
+    }
+
     #[test]
     fn outcomes_add_up_per_tier_per_second_and_in_total() {
         let mut r = Recorder::new(2, true).unwrap();
@@ -763,12 +772,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("errors: connect_refused x1"), "{text}");
-        let tier5: Vec<&str> = text
-            .lines()
-            .find(|l| l.starts_with("5 "))
-            .unwrap()
-            .split_whitespace()
-            .collect();
+        let tier5 = row(&text, "5 ");
         assert_eq!(
             tier5[9..],
             ["-", "-", "-", "-", "-", "1.00", "1.00"],
@@ -833,22 +837,12 @@ mod tests {
             "{json}"
         );
         let text = report.to_string();
-        let header: Vec<&str> = text
-            .lines()
-            .find(|l| l.starts_with("tier"))
-            .unwrap()
-            .split_whitespace()
-            .collect();
+        let header = row(&text, "tier");
         assert_eq!(
             header[header.len() - 4..],
             ["refused", "p50", "refused", "p99"]
         );
-        let all: Vec<&str> = text
-            .lines()
-            .find(|l| l.starts_with("all"))
-            .unwrap()
-            .split_whitespace()
-            .collect();
+        let all = row(&text, "all");
         assert_eq!(all[all.len() - 2..], ["2.00", "2.00"], "{text}");
     }
 }
