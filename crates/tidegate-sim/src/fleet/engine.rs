@@ -345,7 +345,11 @@ impl<'a> Engine<'a> {
     }
 
     fn in_window(&self) -> bool {
-        let t = self.now - Time::ZERO;
+        self.measured(self.now - Time::ZERO)
+    }
+
+    /// Whether `t` into the run is in the measured span.
+    fn measured(&self, t: Nanos) -> bool {
         t >= self.scenario.measure_from && t < self.scenario.duration
     }
 
@@ -617,16 +621,14 @@ impl<'a> Engine<'a> {
     }
 
     fn close_cohort_second(&mut self, closed: AgreementSecond) {
-        let t = Nanos::from_secs(closed.second);
-        if t >= self.scenario.measure_from && t < self.scenario.duration {
+        if self.measured(Nanos::from_secs(closed.second)) {
             self.result.cohort_agree.0 += closed.everywhere;
             self.result.cohort_agree.1 += closed.somewhere;
         }
     }
 
     fn close_second(&mut self, closed: AgreementSecond) {
-        let t = Nanos::from_secs(closed.second);
-        if t >= self.scenario.measure_from && t < self.scenario.duration {
+        if self.measured(Nanos::from_secs(closed.second)) {
             self.result.agree.0 += closed.everywhere;
             self.result.agree.1 += closed.somewhere;
             for (sum, count) in self.result.disagreed_by.iter_mut().zip(closed.disagreed_by) {
