@@ -27,9 +27,11 @@ use crate::queue::{Entry, Order, PriorityQueue, Ticket};
 use crate::regulator::{QueueStats, Regulator, RegulatorState, Verdict};
 use crate::time::{Nanos, Time};
 
+mod demand;
 mod latency;
 mod patience;
 
+use demand::Demand;
 use latency::{OwnDelay, ServiceLatency};
 use patience::Patience;
 
@@ -57,10 +59,18 @@ pub struct QueueConfig {
     /// tail. One fastest answer, not two: a request that waited two service times in front
     /// of a service of a few workers took three in all, past the tail an operator's fixed
     /// queue of one work time gives (see `docs/algorithms.md`, "The default, and why"). A
-    /// wait under [`WAIT_BOUND_FLOOR`] (1 ms) is always allowed. The bound applies to the
-    /// least important tier arriving (see [`TIER_RECENT`]); a more important tier waits
-    /// as the queue's capacity, its timeout and the regulator allow, so that a full
-    /// service sheds the least important tier first: bounding every tier, a service whose
+    /// wait under [`WAIT_BOUND_FLOOR`] (1 ms) is always allowed. Below capacity (no more
+    /// arriving than gets into the service, see `gate/demand.rs`), a wait is measured
+    /// against the service's mean answer instead: a queue of chance peaks drains again, and
+    /// bounding it by the fastest answer shed them (the Poisson peaks over the limit at
+    /// half the capacity of 30 workers with exponential work, whose fastest answers are
+    /// near zero); no bound at all let the queue of an overload not yet seen (a ramp through
+    /// the capacity of a single worker) keep the slots full, Autotune's limit fell to the
+    /// knee, and the bound, once the overload was seen, left the worker idle between
+    /// answers. The bound applies to the least important tier arriving (see
+    /// [`TIER_RECENT`]); a more important tier waits as the queue's capacity, its timeout
+    /// and the regulator allow, so that a full service sheds the least important tier
+    /// first: bounding every tier, a service whose
     /// fastest answers are near zero (exponential work) had no queue at all, and turned
     /// its tiers away alike (a quarter of the traffic at tier 1, offered 3x its capacity:
     /// tier 1 lost two thirds of its requests while tier 2 took three quarters of the
@@ -361,6 +371,8 @@ pub struct Gate {
     tier_seen: [Option<Time>; TIERS as usize],
     /// How long callers wait, from the ones that left.
     patience: Patience,
+    /// Whether more arrives than gets in, for [`QueueConfig::wait_bound`].
+    demand: Demand,
 }
 
 impl Gate {
@@ -384,6 +396,7 @@ impl Gate {
             own_delay: OwnDelay::default(),
             tier_seen: [None; TIERS as usize],
             patience: Patience::default(),
+            demand: Demand::default(),
         }
     }
 
@@ -401,6 +414,7 @@ impl Gate {
         timeout: Nanos,
     ) -> Arrival {
         self.counters.tier(priority).arrived += 1;
+        self.demand.arrived();
         self.tier_seen[usize::from(priority.tier())] = Some(now);
         self.end_lapsed_lease(now);
         if self.lease.is_some_and(|lease| lease.allowed == 0) {
@@ -680,6 +694,7 @@ impl Gate {
 
     fn admit(&mut self, now: Time, priority: Priority) -> Permit {
         self.inflight += 1;
+        self.demand.admitted();
         self.counters.tier(priority).admitted += 1;
         Permit {
             admitted: now,
@@ -748,12 +763,23 @@ impl Gate {
         match (
             self.latency
                 .expected_wait(self.queue.len(), self.effective_limit),
-            self.latency.fastest(),
+            self.worth_waiting_for(),
         ) {
-            (Some(wait), Some(fastest)) => {
-                wait > (bound * fastest.as_secs_f64()).max(WAIT_BOUND_FLOOR.as_secs_f64())
+            (Some(wait), Some(reference)) => {
+                wait > (bound * reference).max(WAIT_BOUND_FLOOR.as_secs_f64())
             }
             _ => false,
+        }
+    }
+
+    /// The answer, in seconds, a wait for a slot is measured against (see
+    /// [`QueueConfig::wait_bound`]): the fastest while more arrives than gets in, the mean
+    /// below capacity, where a queue drains again (see `gate/demand.rs`).
+    fn worth_waiting_for(&self) -> Option<f64> {
+        if self.demand.overloaded() {
+            self.latency.fastest().map(|fastest| fastest.as_secs_f64())
+        } else {
+            self.latency.mean()
         }
     }
 

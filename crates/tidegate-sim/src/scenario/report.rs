@@ -300,8 +300,7 @@ impl Report {
                         ("", String::new(), String::new())
                     };
                     let pct = |r: f64| format!("{:.1}", r * 100.0);
-                    let _ = writeln!(
-                        out,
+                    let row = format!(
                         "{:<24} {:>6} {:>4} {:>9.1} {:>9.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6}",
                         name,
                         if i == 0 {
@@ -324,6 +323,9 @@ impl Report {
                         limit,
                         settle,
                     );
+                    // A tier's row leaves the limit and the settling blank: no trailing
+                    // spaces in the pages that quote the table.
+                    let _ = writeln!(out, "{}", row.trim_end());
                 }
             }
             out.push('\n');
