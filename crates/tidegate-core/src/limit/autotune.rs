@@ -230,7 +230,9 @@ pub struct AutotuneConfig {
     /// Above this elasticity, concurrency still buys throughput almost proportionally.
     /// Default 0.6.
     pub high_elasticity: f64,
-    /// Factor applied to the limit when the baseline is found to have drifted up. Default 0.5.
+    /// Factor applied to the limit when the baseline is found to have drifted up, at the
+    /// deepest: where the covariance check's windows bracketed the knee, a reset goes only
+    /// down to the least concurrency at which they saw their best throughput. Default 0.5.
     pub reset_factor: f64,
     /// Factor of a probe: when the limit held too steady for the covariance to tell anything,
     /// one window runs at `limit x probe_factor`, then the limit is restored. Default 0.75.
@@ -415,6 +417,10 @@ enum Move {
 /// - mostly *grow* but elasticity < 0.2: more concurrency buys nothing although latency says
 ///   there is no queue, so the baseline is too high (measured under load, or drifted up):
 ///   **reset**: `limit x 0.5`, forget `base` and `srtt`, re-learn them at the lower limit;
+///   but no deeper than the ring's evidence: where a window at less concurrency, the limit
+///   bound, served less than the ring's best beyond the noise of the counts, the ring
+///   bracketed the knee, and the reset goes to the least mean inflight of a window that
+///   served as much as the best (see `Autotune::best_served_at`);
 /// - more *shrinks* than growths but elasticity > 0.6: less concurrency costs throughput
 ///   proportionally although latency says there is a queue, so the service got slower, not
 ///   busier, and the baseline is stale: **re-anchor** `base = srtt`. (Requiring most windows
@@ -564,6 +570,8 @@ pub struct Autotune {
     /// `(ln q, ln x, move, whether the largest inflight reached the limit)` of the windows
     /// since the last check.
     ring: [(f64, f64, Move, bool); RING],
+    /// The successes of each window of `ring`: the noise of its throughput.
+    ring_successes: [u32; RING],
     filled: usize,
 }
 
@@ -614,6 +622,7 @@ impl Autotune {
             slower_at: None,
             at_due: None,
             ring: [(0.0, 0.0, Move::Hold, false); RING],
+            ring_successes: [0; RING],
             filled: 0,
         }
     }
@@ -1183,7 +1192,22 @@ impl Autotune {
         }
         match elasticity {
             Some(e) if grew * 2 > RING && e < self.config.low_elasticity => {
-                self.limit *= self.config.reset_factor.clamp(0.0, 1.0);
+                // No deeper than the ring's evidence (see `best_served_at`): where it
+                // bracketed the knee, concurrency above the least that served its best buys
+                // nothing, and below it served less. Halving took exponential work at a
+                // knee of 30 with contention (a step to 1.5x, seed 2) from 34.5 to 18, on a
+                // ring whose best throughput came at 26-32 in flight and whose low
+                // elasticity was slow start's windows (15 and 20 in flight before the step,
+                // an overshoot to 55): growth after a reset is `log10(limit)` a window, and
+                // the limit stayed at 18-20 for the rest of the run (75% of the capacity
+                // served; reset to 25.6, 88%). Where nothing brackets the knee (from far
+                // above it, every window on the plateau), the reset halves: stopped at the
+                // ring's least window, a descent from 200 took resets from 148 to 75 and 93
+                // to 78, and probes alone the rest (still 78 after 21 s).
+                let deepest = self.limit * self.config.reset_factor.clamp(0.0, 1.0);
+                self.limit = self
+                    .best_served_at()
+                    .map_or(deepest, |level| level.clamp(deepest, self.limit));
                 self.forget_served();
                 self.base = None;
                 self.srtt = None;
@@ -1219,6 +1243,33 @@ impl Autotune {
             }
         }
         self.filled = 0;
+    }
+
+    /// The least mean inflight of a window of the ring whose throughput is within two
+    /// standard errors (a Poisson count's, `1 / sqrt(n)` in the log, of each) of the
+    /// ring's best, if a window at less concurrency where the limit bound served less (so
+    /// beyond that noise): the ring saw where more concurrency stopped paying. Without such
+    /// a window, the knee may be anywhere below the ring's windows.
+    fn best_served_at(&self) -> Option<f64> {
+        let mut windows = self.ring[..self.filled]
+            .iter()
+            .zip(&self.ring_successes)
+            .filter(|(_, n)| **n > 0);
+        let (best, n_best) = windows
+            .clone()
+            .max_by(|a, b| a.0.1.total_cmp(&b.0.1))
+            .map(|(p, &n)| (p.1, n))?;
+        let level = windows
+            .clone()
+            .filter(|(p, n)| {
+                let noise = (1.0 / f64::from(**n) + 1.0 / f64::from(n_best)).sqrt();
+                p.1 >= best - 2.0 * noise
+            })
+            .map(|(p, _)| p.0)
+            .min_by(f64::total_cmp)?;
+        windows
+            .any(|(p, _)| p.3 && p.0 < level)
+            .then(|| level.exp())
     }
 
     /// Whether the limit in force is a small one that a probe of one request below showed
@@ -1382,6 +1433,7 @@ impl Autotune {
             if inflight > 0.0 && throughput > 0.0 {
                 let bound = f64::from(self.inflight_max) >= in_force;
                 self.ring[self.filled] = (inflight.ln(), throughput.ln(), moved, bound);
+                self.ring_successes[self.filled] = self.successes;
                 self.filled += 1;
                 if self.filled == RING {
                     self.arbitrate();

@@ -1035,6 +1035,79 @@ fn elasticity_is_the_log_log_slope_and_needs_a_spread() {
     assert_eq!(a.elasticity(), None, "20..21.5 is under a 15% spread");
 }
 
+/// Fills the ring with windows of `(mean inflight, throughput, successes)`, every one but
+/// the `shrinks` first asking to grow, the limit reached in each.
+fn fill_ring(a: &mut Autotune, windows: &[(f64, f64, u32)], shrinks: usize) {
+    for (i, &(q, x, n)) in windows.iter().enumerate() {
+        let moved = if i < shrinks {
+            Move::Shrink
+        } else {
+            Move::Grow
+        };
+        a.ring[i] = (q.ln(), x.ln(), moved, true);
+        a.ring_successes[i] = n;
+    }
+    a.filled = windows.len();
+}
+
+#[test]
+fn a_reset_goes_no_deeper_than_where_the_ring_saw_its_best_throughput() {
+    // The sweep's exponential work at a knee of 30 with contention, stepped to 1.5x (seed
+    // 2): slow start's windows (15 and 20 in flight, before the step), its overshoot to
+    // 55 and its shrink, then growth from 26 to 32 at 263-293 answers a second. Elasticity
+    // 0.16 with 8 windows of 10 asking to grow: a reset. Its best throughput, within the
+    // noise of ~500 answers a window, was served from 25.6 in flight.
+    let mut a = past_slow_start(20);
+    a.limit = 34.5;
+    let windows = [
+        (55.8, 197.0, 99),
+        (53.8, 203.4, 205),
+        (15.3, 144.7, 314),
+        (19.7, 171.6, 577),
+        (25.6, 276.0, 491),
+        (26.9, 263.4, 519),
+        (27.7, 276.5, 412),
+        (29.5, 287.7, 469),
+        (30.7, 262.6, 488),
+        (32.0, 292.6, 541),
+    ];
+    fill_ring(&mut a, &windows, 2);
+    assert!(a.elasticity().is_some_and(|e| e < 0.2));
+    a.arbitrate();
+    assert!((a.limit - 25.6).abs() < 1e-9, "{}", a.limit);
+    assert!(a.base.is_none(), "the baseline is re-learnt all the same");
+
+    // From far above the knee every window is on the plateau: nothing says where below
+    // them the knee is, and the reset halves the limit, as a bare one would.
+    let mut a = past_slow_start(20);
+    a.limit = 60.0;
+    let plateau: Vec<(f64, f64, u32)> = (0..10)
+        .map(|i| (if i == 4 { 45.0 } else { 58.0 }, 200.0, 400))
+        .collect();
+    fill_ring(&mut a, &plateau, 0);
+    a.arbitrate();
+    assert!((a.limit - 30.0).abs() < 1e-9, "{}", a.limit);
+    // A window where the limit bound at 40 served less, beyond the noise of 4,000 answers
+    // a window, brackets the knee at 45.
+    let mut a = past_slow_start(20);
+    a.limit = 60.0;
+    let mut bracketed: Vec<(f64, f64, u32)> =
+        plateau.iter().map(|&(q, x, _)| (q, x, 4000)).collect();
+    bracketed[0] = (40.0, 190.0, 4000);
+    fill_ring(&mut a, &bracketed, 0);
+    a.arbitrate();
+    assert!((a.limit - 45.0).abs() < 1e-9, "{}", a.limit);
+    // But never deeper than half the limit.
+    let mut a = past_slow_start(20);
+    a.limit = 60.0;
+    let mut low = bracketed.clone();
+    low[4] = (20.0, 200.0, 4000);
+    low[0] = (18.0, 190.0, 4000);
+    fill_ring(&mut a, &low, 0);
+    a.arbitrate();
+    assert!((a.limit - 30.0).abs() < 1e-9, "{}", a.limit);
+}
+
 #[test]
 fn bounds_hold() {
     let a = Autotune::new(&AutotuneConfig {
