@@ -358,6 +358,30 @@ enum Move {
     Shrink,
 }
 
+/// A closed window, as the covariance check reads it.
+#[derive(Clone, Copy, Debug)]
+struct RingWindow {
+    /// `ln` of its mean inflight.
+    ln_inflight: f64,
+    /// `ln` of its throughput.
+    ln_throughput: f64,
+    moved: Move,
+    /// Whether its largest inflight reached the limit.
+    bound: bool,
+    /// Its successes: the noise of its throughput.
+    successes: u32,
+}
+
+impl RingWindow {
+    const EMPTY: RingWindow = RingWindow {
+        ln_inflight: 0.0,
+        ln_throughput: 0.0,
+        moved: Move::Hold,
+        bound: false,
+        successes: 0,
+    };
+}
+
 /// Cinnamon's auto-tuner (Uber engineering blog, "Cinnamon: Using Century Old Tech to Build a
 /// Mean Load Shedder", 2023: "a heavily modified version of TCP Vegas" with smoothed timings,
 /// a tolerance that grows as the limit shrinks, and resets guided by the covariance of
@@ -567,11 +591,8 @@ pub struct Autotune {
     /// The window's successes and the sum of their rtts, in seconds, when it was first due
     /// (see [`Autotune::moved_since_due`]).
     at_due: Option<(u32, f64)>,
-    /// `(ln q, ln x, move, whether the largest inflight reached the limit)` of the windows
-    /// since the last check.
-    ring: [(f64, f64, Move, bool); RING],
-    /// The successes of each window of `ring`: the noise of its throughput.
-    ring_successes: [u32; RING],
+    /// The windows since the last check.
+    ring: [RingWindow; RING],
     filled: usize,
 }
 
@@ -621,8 +642,7 @@ impl Autotune {
             served_left: false,
             slower_at: None,
             at_due: None,
-            ring: [(0.0, 0.0, Move::Hold, false); RING],
-            ring_successes: [0; RING],
+            ring: [RingWindow::EMPTY; RING],
             filled: 0,
         }
     }
@@ -1162,27 +1182,33 @@ impl Autotune {
         let points = &self.ring[..self.filled];
         let n = points.len() as f64;
         let (lo, hi) = points.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
-            (lo.min(p.0), hi.max(p.0))
+            (lo.min(p.ln_inflight), hi.max(p.ln_inflight))
         });
         if points.len() < 3 || hi - lo < 1.15f64.ln() {
             return None;
         }
-        let mq = points.iter().map(|p| p.0).sum::<f64>() / n;
-        let mx = points.iter().map(|p| p.1).sum::<f64>() / n;
-        let cov = points.iter().map(|p| (p.0 - mq) * (p.1 - mx)).sum::<f64>();
-        let var = points.iter().map(|p| (p.0 - mq) * (p.0 - mq)).sum::<f64>();
+        let mq = points.iter().map(|p| p.ln_inflight).sum::<f64>() / n;
+        let mx = points.iter().map(|p| p.ln_throughput).sum::<f64>() / n;
+        let cov = points
+            .iter()
+            .map(|p| (p.ln_inflight - mq) * (p.ln_throughput - mx))
+            .sum::<f64>();
+        let var = points
+            .iter()
+            .map(|p| (p.ln_inflight - mq) * (p.ln_inflight - mq))
+            .sum::<f64>();
         Some(cov / var)
     }
 
     /// The covariance arbitration, once the ring is full.
     fn arbitrate(&mut self) {
-        let moves = |m: Move| self.ring.iter().filter(|p| p.2 == m).count();
+        let moves = |m: Move| self.ring.iter().filter(|p| p.moved == m).count();
         let (grew, shrank) = (moves(Move::Grow), moves(Move::Shrink));
         let elasticity = self.elasticity();
         // Only where the limit bound: while demand ramps up under it, throughput follows
         // inflight because the demand grew, not because concurrency pays (Kanaloa's ramp
         // read that way sent the limit to 42 for a knee of 20 once the overload came).
-        let bound = self.ring.iter().filter(|p| p.3).count();
+        let bound = self.ring.iter().filter(|p| p.bound).count();
         if let Some(e) = elasticity {
             if e > self.config.high_elasticity && bound * 2 > RING {
                 self.elastic = true;
@@ -1251,24 +1277,20 @@ impl Autotune {
     /// beyond that noise): the ring saw where more concurrency stopped paying. Without such
     /// a window, the knee may be anywhere below the ring's windows.
     fn best_served_at(&self) -> Option<f64> {
-        let mut windows = self.ring[..self.filled]
-            .iter()
-            .zip(&self.ring_successes)
-            .filter(|(_, n)| **n > 0);
-        let (best, n_best) = windows
+        let mut windows = self.ring[..self.filled].iter().filter(|w| w.successes > 0);
+        let best = windows
             .clone()
-            .max_by(|a, b| a.0.1.total_cmp(&b.0.1))
-            .map(|(p, &n)| (p.1, n))?;
+            .max_by(|a, b| a.ln_throughput.total_cmp(&b.ln_throughput))?;
         let level = windows
             .clone()
-            .filter(|(p, n)| {
-                let noise = (1.0 / f64::from(**n) + 1.0 / f64::from(n_best)).sqrt();
-                p.1 >= best - 2.0 * noise
+            .filter(|w| {
+                let noise = (1.0 / f64::from(w.successes) + 1.0 / f64::from(best.successes)).sqrt();
+                w.ln_throughput >= best.ln_throughput - 2.0 * noise
             })
-            .map(|(p, _)| p.0)
+            .map(|w| w.ln_inflight)
             .min_by(f64::total_cmp)?;
         windows
-            .any(|(p, _)| p.3 && p.0 < level)
+            .any(|w| w.bound && w.ln_inflight < level)
             .then(|| level.exp())
     }
 
@@ -1432,8 +1454,13 @@ impl Autotune {
             }
             if inflight > 0.0 && throughput > 0.0 {
                 let bound = f64::from(self.inflight_max) >= in_force;
-                self.ring[self.filled] = (inflight.ln(), throughput.ln(), moved, bound);
-                self.ring_successes[self.filled] = self.successes;
+                self.ring[self.filled] = RingWindow {
+                    ln_inflight: inflight.ln(),
+                    ln_throughput: throughput.ln(),
+                    moved,
+                    bound,
+                    successes: self.successes,
+                };
                 self.filled += 1;
                 if self.filled == RING {
                     self.arbitrate();

@@ -1015,7 +1015,13 @@ fn elasticity_is_the_log_log_slope_and_needs_a_spread() {
     let mut a = Autotune::new(&config(20));
     let points = [(10.0, 100.0), (12.0, 120.0), (15.0, 150.0), (20.0, 200.0)];
     for (i, (q, x)) in points.iter().enumerate() {
-        a.ring[i] = (f64::ln(*q), f64::ln(*x), Move::Grow, true);
+        a.ring[i] = RingWindow {
+            ln_inflight: f64::ln(*q),
+            ln_throughput: f64::ln(*x),
+            moved: Move::Grow,
+            bound: true,
+            successes: 0,
+        };
     }
     a.filled = 4;
     assert!(
@@ -1023,14 +1029,14 @@ fn elasticity_is_the_log_log_slope_and_needs_a_spread() {
         "proportional"
     );
     for (i, (q, _)) in points.iter().enumerate() {
-        a.ring[i].1 = f64::ln(200.0 * (q / 20.0f64).powf(-0.2));
+        a.ring[i].ln_throughput = f64::ln(200.0 * (q / 20.0f64).powf(-0.2));
     }
     assert!(
         (a.elasticity().expect("spread") + 0.2).abs() < 1e-9,
         "contention"
     );
     for i in 0..4 {
-        a.ring[i].0 = f64::ln(20.0 + 0.5 * i as f64);
+        a.ring[i].ln_inflight = f64::ln(20.0 + 0.5 * i as f64);
     }
     assert_eq!(a.elasticity(), None, "20..21.5 is under a 15% spread");
 }
@@ -1044,8 +1050,13 @@ fn fill_ring(a: &mut Autotune, windows: &[(f64, f64, u32)], shrinks: usize) {
         } else {
             Move::Grow
         };
-        a.ring[i] = (q.ln(), x.ln(), moved, true);
-        a.ring_successes[i] = n;
+        a.ring[i] = RingWindow {
+            ln_inflight: q.ln(),
+            ln_throughput: x.ln(),
+            moved,
+            bound: true,
+            successes: n,
+        };
     }
     a.filled = windows.len();
 }
