@@ -38,6 +38,8 @@
 //! proxy maps caller keys to cohorts with the same salt), `priority_travels` (hops after the
 //! first rank a request by the priority the first computed; otherwise by the default
 //! priority), `feedback` (the `tidegate-cutoff` header: callers drop what the callee refuses),
+//! `peers` (the `tidegate-peer` header: a hop's proxies hold their limits toward each other's,
+//! the edge's their drop ratios too),
 //! `client_throttle` (the clients' adaptive throttle) and `retry` (the clients' retries).
 
 mod engine;
@@ -126,6 +128,11 @@ pub struct FleetArm {
     /// Gates say their cut-off on responses, callers drop what it refuses. Default true.
     #[serde(default = "yes")]
     pub feedback: bool,
+    /// The proxies of each hop tell each other their limits, and the edge proxies their
+    /// drop ratios, through the instances they share (`tidegate-peer`, `docs/peers.md`).
+    /// Default true.
+    #[serde(default = "yes")]
+    pub peers: bool,
     /// The clients throttle adaptively (Google SRE, K = 2). Default false.
     #[serde(default)]
     pub client_throttle: bool,
