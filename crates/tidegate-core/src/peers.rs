@@ -142,7 +142,10 @@ fn parse_pairs<const N: usize>(
 
 /// A ratio in `[0, 1]`, a limit finite and at least 1: anything else is not a gate's.
 fn ratio(value: &str) -> Option<f64> {
-    value.parse::<f64>().ok().filter(|r| (0.0..=1.0).contains(r))
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
 }
 
 impl FromStr for PeerStamp {
@@ -334,7 +337,9 @@ mod tests {
         ] {
             assert!(bad.parse::<PeerMean>().is_err(), "{bad}");
         }
-        let ok: PeerMean = " peers = 2 ,ratio=0, limit=4, later=x".parse().expect("valid");
+        let ok: PeerMean = " peers = 2 ,ratio=0, limit=4, later=x"
+            .parse()
+            .expect("valid");
         assert_eq!(ok.peers, 2);
     }
 

@@ -726,7 +726,9 @@ fn the_peers_mean_holds_the_limit_in_force_until_it_lapses() {
     learnt.store(4, Ordering::Relaxed);
     gate.hear_peers(t(10), &mean(6.0), &halfway);
     assert_eq!(gate.limit(), 5);
-    let _a: Vec<Permit> = (0..5).map(|_| admitted(gate.arrive(t(20), p(1, 0)))).collect();
+    let _a: Vec<Permit> = (0..5)
+        .map(|_| admitted(gate.arrive(t(20), p(1, 0))))
+        .collect();
     let _waiting = queued(gate.arrive(t(20), p(1, 0)));
     // Not heard again: the gate's own limit after the ttl.
     let _ = gate.arrive(t(110), p(1, 0));

@@ -12,10 +12,10 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use tidegate_core::feedback::{CutoffHeader, Feedback};
 use tidegate_core::gate::{Arrival, Event as GateEvent, Gate, Permit};
 use tidegate_core::limit::Outcome;
-use tidegate_core::peers::{PeerBoard, PeerConfig};
 use tidegate_core::outbound::{
     AdaptiveThrottle, Backoff, RetryBudget, RetryBudgetConfig, RetryPolicy,
 };
+use tidegate_core::peers::{PeerBoard, PeerConfig};
 use tidegate_core::priority::{CohortMap, stable_hash};
 use tidegate_core::queue::Ticket;
 use tidegate_core::rng::{Rng, splitmix64};
