@@ -7,7 +7,7 @@
 //! the proxy and the tower layers run.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 use tidegate_core::feedback::{CutoffHeader, Feedback};
 use tidegate_core::gate::{Arrival, Event as GateEvent, Gate, Permit};
@@ -23,7 +23,7 @@ use tidegate_core::{Nanos, Priority, Time};
 use tidegate_model::fleet::{Balancer, CallMode, HopConfig, RetryMode, Upstreams};
 
 use super::metrics::{AgreementSecond, AgreementTracker, ArmResult, Refusal, Second};
-use super::{FleetArm, FleetScenario};
+use super::{FastMap, FleetArm, FleetScenario};
 
 /// How long a gate's cut-off holds on its callers (`tidegate_tower::feedback::DEFAULT_TTL`).
 const CUTOFF_TTL: Nanos = Nanos::from_millis(250);
@@ -146,7 +146,7 @@ struct Call {
 #[derive(Debug)]
 struct Proxy {
     gate: Option<Gate>,
-    tickets: HashMap<Ticket, Id>,
+    tickets: FastMap<Ticket, Id>,
     tick_at: Time,
     /// The cut-off of the next hop as this proxy's instances report it.
     feedback: Feedback,
@@ -288,7 +288,7 @@ impl<'a> Engine<'a> {
                             g.regulator.pie.callers_hold_back |= arm.feedback && h > 0;
                             g.build()
                         }),
-                        tickets: HashMap::new(),
+                        tickets: FastMap::default(),
                         tick_at: Time::MAX,
                         feedback: Feedback::default(),
                         cohorts: CohortMap {
