@@ -1,7 +1,6 @@
 //! What a fleet run measures: per second, and over the overload (requests sent from
 //! `measure_from` on).
 
-
 use tidegate_core::Time;
 use tidegate_core::gate::RejectReason;
 
