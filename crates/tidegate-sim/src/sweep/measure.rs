@@ -29,7 +29,10 @@ pub struct ArmResult {
     /// not), the share whose caller gave up first: above 1%, the p99 of the requests served
     /// is above the client's timeout (the p99 of the ok responses never is).
     pub late_share: f64,
-    /// The important tier's share of requests lost after the warm-up (two-tier cases).
+    /// The important tier's share of requests lost after the warm-up (two-tier cases): shed,
+    /// expired, refused, unsent, or late for their wait. Not those whose own work outlasted
+    /// the caller's timeout: no protection answers them in time (with exponential work and a
+    /// timeout of 10 work times, e^-10 of the requests, at any limit).
     pub tier1_loss: Option<f64>,
     /// The sheddable tier's ok responses after the warm-up, as a fraction of the capacity.
     pub tier2_served: Option<f64>,
@@ -85,7 +88,11 @@ pub fn measure(case: &Case, run: &ArmRun) -> ArmResult {
     let tier = |t: u8| run.steady.tiers.get(&t.to_string());
     let (tier1_loss, tier2_served) = if case.tiers {
         let lost = tier(TIER_IMPORTANT).map_or(0.0, |f| {
-            f.shed_ratio + f.expired_ratio + f.refused_ratio + f.timeout_ratio + f.unsent_ratio
+            f.shed_ratio
+                + f.expired_ratio
+                + f.refused_ratio
+                + f.avoidable_timeout_ratio
+                + f.unsent_ratio
         });
         let served = tier(TIER_SHEDDABLE).map_or(0.0, |f| f.goodput_rps / case.capacity_rps());
         (Some(round4(lost)), Some(round4(served)))

@@ -4,7 +4,9 @@
 //!   every window below it, and nothing shed at 0.5x;
 //! - p99 of the ok responses <= 1.25x the oracle's, and the p99 of every request served
 //!   (in time or not) <= the client's timeout: at most 1% of them answered too late;
-//! - with two tiers, tier 1 loses nothing while tier 2 still gets served;
+//! - with two tiers, tier 1 loses nothing while tier 2 still gets served (lost: shed,
+//!   refused, or late for a wait; a request whose own work outlasts the timeout is late
+//!   whatever the protection does);
 //! - the limit settled within 50 mean work times after an overload or a capacity change.
 
 use serde::Serialize;
