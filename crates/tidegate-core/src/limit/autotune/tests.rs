@@ -1394,3 +1394,78 @@ fn config_round_trips_and_rejects_unknown_keys() {
     );
     assert!(toml::from_str::<AutotuneConfig>("alpha = 3").is_err());
 }
+
+/// A span of `seconds` over `windows` windows at a mean `inflight`, serving `throughput`
+/// answers a second whose rtts have mean `rtt` and standard deviation `sd`.
+fn measured_span(
+    windows: u32,
+    seconds: f64,
+    inflight: f64,
+    throughput: f64,
+    rtt: f64,
+    sd: f64,
+) -> Span {
+    let successes = (throughput * seconds).round() as u32;
+    let n = f64::from(successes);
+    Span {
+        windows,
+        seconds,
+        successes,
+        samples: successes,
+        inflight_sum: (inflight * n).round() as u64,
+        rtt: rtt * n,
+        rtt_sq: n * (rtt * rtt + sd * sd),
+    }
+}
+
+#[test]
+fn a_reset_that_cost_throughput_in_proportion_goes_back_to_the_knee() {
+    // The sweep's cache in front of a slow store (bimodal 99/1, 50 ms and 5 s, a 1 s
+    // timeout) at a knee of 100, stepped to 3x (seed 1): the slow answers are drops, so
+    // the ring's windows at 91-107 in flight saw their fast answers only, queueing a little
+    // past the knee, and throughput flat: a reset, which halved 107.5 to 53.8. There the
+    // fast answers queue no more, and throughput fell by as much as inflight did.
+    let before = measured_span(8, 4.0, 100.0, 1000.0, 0.056, 0.004);
+    let after = measured_span(2, 1.0, 54.0, 543.0, 0.0503, 0.0005);
+    let mut a = past_slow_start(20);
+    a.limit = 53.8;
+    a.judge_reset(&ResetCheck {
+        from: 107.5,
+        before,
+        after,
+    });
+    assert!((a.limit - 53.8 * 1000.0 / 543.0).abs() < 0.5, "{}", a.limit);
+
+    // From far above the knee, throughput held: the reset stands.
+    let mut a = past_slow_start(20);
+    a.limit = 53.8;
+    let held = measured_span(2, 1.0, 54.0, 990.0, 0.0503, 0.0005);
+    a.judge_reset(&ResetCheck {
+        from: 107.5,
+        before,
+        after: held,
+    });
+    assert_eq!(a.limit, 53.8);
+
+    // Throughput fell, but the rtt with it was no shorter than the ring's: a service that
+    // got slower (half its workers gone), not a reset below the knee.
+    let mut a = past_slow_start(20);
+    a.limit = 53.8;
+    let slower = measured_span(2, 1.0, 54.0, 543.0, 0.056, 0.004);
+    a.judge_reset(&ResetCheck {
+        from: 107.5,
+        before,
+        after: slower,
+    });
+    assert_eq!(a.limit, 53.8);
+
+    // Nor on a single window before the reset: too little to judge by.
+    let mut a = past_slow_start(20);
+    a.limit = 53.8;
+    a.judge_reset(&ResetCheck {
+        from: 107.5,
+        before: measured_span(1, 0.5, 100.0, 1000.0, 0.056, 0.004),
+        after,
+    });
+    assert_eq!(a.limit, 53.8);
+}
