@@ -1426,46 +1426,31 @@ fn a_reset_that_cost_throughput_in_proportion_goes_back_to_the_knee() {
     // past the knee, and throughput flat: a reset, which halved 107.5 to 53.8. There the
     // fast answers queue no more, and throughput fell by as much as inflight did.
     let before = measured_span(8, 4.0, 100.0, 1000.0, 0.056, 0.004);
+    // The limit after a reset of 107.5 to 53.8, judged on `before` and `after`.
+    let judged = |before: Span, after: Span| {
+        let mut a = past_slow_start(20);
+        a.limit = 53.8;
+        a.judge_reset(&ResetCheck {
+            from: 107.5,
+            before,
+            after,
+        });
+        a.limit
+    };
     let after = measured_span(2, 1.0, 54.0, 543.0, 0.0503, 0.0005);
-    let mut a = past_slow_start(20);
-    a.limit = 53.8;
-    a.judge_reset(&ResetCheck {
-        from: 107.5,
-        before,
-        after,
-    });
-    assert!((a.limit - 53.8 * 1000.0 / 543.0).abs() < 0.5, "{}", a.limit);
+    let limit = judged(before, after);
+    assert!((limit - 53.8 * 1000.0 / 543.0).abs() < 0.5, "{limit}");
 
     // From far above the knee, throughput held: the reset stands.
-    let mut a = past_slow_start(20);
-    a.limit = 53.8;
     let held = measured_span(2, 1.0, 54.0, 990.0, 0.0503, 0.0005);
-    a.judge_reset(&ResetCheck {
-        from: 107.5,
-        before,
-        after: held,
-    });
-    assert_eq!(a.limit, 53.8);
+    assert_eq!(judged(before, held), 53.8);
 
     // Throughput fell, but the rtt with it was no shorter than the ring's: a service that
     // got slower (half its workers gone), not a reset below the knee.
-    let mut a = past_slow_start(20);
-    a.limit = 53.8;
     let slower = measured_span(2, 1.0, 54.0, 543.0, 0.056, 0.004);
-    a.judge_reset(&ResetCheck {
-        from: 107.5,
-        before,
-        after: slower,
-    });
-    assert_eq!(a.limit, 53.8);
+    assert_eq!(judged(before, slower), 53.8);
 
     // Nor on a single window before the reset: too little to judge by.
-    let mut a = past_slow_start(20);
-    a.limit = 53.8;
-    a.judge_reset(&ResetCheck {
-        from: 107.5,
-        before: measured_span(1, 0.5, 100.0, 1000.0, 0.056, 0.004),
-        after,
-    });
-    assert_eq!(a.limit, 53.8);
+    let one = measured_span(1, 0.5, 100.0, 1000.0, 0.056, 0.004);
+    assert_eq!(judged(one, after), 53.8);
 }
