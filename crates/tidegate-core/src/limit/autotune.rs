@@ -605,7 +605,7 @@ pub struct Autotune {
     /// See [`Light`].
     light: Option<Light>,
     /// The largest mean inflight of a window that the demand set (the limit was not
-    /// reached), within the tolerance and without drops: a concurrency the service held
+    /// reached), within the tolerance and with at most one drop: a concurrency the service held
     /// without a queue (see [`Autotune::regain`]).
     served: Option<f64>,
     /// A latency shrink since found the service slower at `served` (see
@@ -1116,7 +1116,11 @@ impl Autotune {
         let (Some(srtt), Some(base)) = (self.srtt, self.base) else {
             return;
         };
-        if self.drops > 0 {
+        // One drop in a window says nothing of a rate (see `drops_call_for_backoff`): a
+        // window of a thousand answers of exponential work with a 10x timeout holds one
+        // about every twentieth time, and refusing it left the level a service held before
+        // it got slower unknown, so that nothing was regained once it was fast again.
+        if self.drops > 1 {
             return;
         }
         if self.served_left && srtt > base.value + 2.0 * self.srtt_var.sqrt() {

@@ -1454,3 +1454,27 @@ fn a_reset_that_cost_throughput_in_proportion_goes_back_to_the_knee() {
     let one = measured_span(1, 0.5, 100.0, 1000.0, 0.056, 0.004);
     assert_eq!(judged(one, after), 53.8);
 }
+
+#[test]
+fn one_drop_in_a_window_still_shows_the_concurrency_it_served() {
+    // A window of a thousand answers at the baseline, the demand's 24 in flight under a
+    // limit of 80 (exponential work with a 10x timeout: e^-10 of the answers come too
+    // late whatever the load). One drop says nothing of a rate: the window shows the
+    // service held 24. The sweep's exponential work at a knee of 500 with a capacity that
+    // halves had one such window before the halving, and regained nothing after it.
+    let watched = |drops: u32| {
+        let mut a = past_slow_start(80);
+        a.srtt = Some(0.1);
+        a.base = Some(Baseline::anchored(0.1, 1e-6));
+        a.drops = drops;
+        a.inflight_max = 40;
+        let rtt = WindowRtt {
+            mean: 0.1,
+            variance_of_mean: 1e-5,
+        };
+        a.watch_served(Some(rtt), true, 80.0, a.tolerance(), 24.0);
+        a.served
+    };
+    assert_eq!(watched(1), Some(24.0));
+    assert_eq!(watched(2), None, "two are the start of a rate");
+}
