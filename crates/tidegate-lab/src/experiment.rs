@@ -554,6 +554,8 @@ fn figures(t: &TierReport, seconds: f64) -> Figures {
         expired_ratio: 0.0,
         refused_ratio: ratio(t.shed - t.shed_by_tidegate),
         timeout_ratio: ratio(t.timed_out),
+        // A real origin's work is not known apart from its wait.
+        avoidable_timeout_ratio: ratio(t.timed_out),
         unsent_ratio: ratio(t.not_sent),
         p50_ms: ms(|l| l.p50),
         p90_ms: ms(|l| l.p90),
@@ -715,6 +717,7 @@ mod tests {
             expired_ratio: 0.0,
             refused_ratio: 0.0,
             timeout_ratio: 0.0,
+            avoidable_timeout_ratio: 0.0,
             unsent_ratio: 0.0,
             p50_ms: p50,
             p90_ms: p50,

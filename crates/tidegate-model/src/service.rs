@@ -414,6 +414,16 @@ impl Instance {
         }
     }
 
+    /// The time a request of work factor `factor` takes at the service's current speed with
+    /// no contention and no wait: its own work. `None` for a curve, whose latency is a
+    /// function of the load alone.
+    pub fn own_work(&self, factor: f64) -> Option<Nanos> {
+        match self {
+            Instance::Pool(pool) => Some(Nanos::from_secs_f64(pool.work_secs * factor)),
+            Instance::Curve(_) => None,
+        }
+    }
+
     /// Requests in the service, working or waiting.
     pub fn in_service(&self) -> u32 {
         match self {

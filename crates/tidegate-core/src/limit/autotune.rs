@@ -311,6 +311,13 @@ impl Span {
         self.inflight_sum as f64 / f64::from(self.samples.max(1))
     }
 
+    /// The mean rtt of its successes and the variance of that mean, in seconds.
+    fn rtt(&self) -> (f64, f64) {
+        let n = f64::from(self.successes.max(1));
+        let mean = self.rtt / n;
+        (mean, (self.rtt_sq / n - mean * mean).max(0.0) / n)
+    }
+
     /// Standard error of `ln(throughput of b / throughput of a)`, the gain of a trial. The
     /// answers of a service kept busy are a renewal process: over `n` of them the count's
     /// variance is about `n x cv^2`, `cv` the coefficient of variation of their times (here
@@ -341,6 +348,18 @@ struct Trial {
     /// The span at `from`, just before it.
     before: Span,
     /// The measured windows at `to` so far.
+    after: Span,
+}
+
+/// A reset of the covariance check, until a whole span at the limit it set judges it by the
+/// throughput it cost (see [`Autotune::judge_reset`]).
+#[derive(Clone, Copy, Debug)]
+struct ResetCheck {
+    /// The limit before it.
+    from: f64,
+    /// The ring's windows where the limit bound and latency saw no queue, before it.
+    before: Span,
+    /// The measured windows since, each bound.
     after: Span,
 }
 
@@ -444,7 +463,10 @@ impl RingWindow {
 ///   but no deeper than the ring's evidence: where a window at less concurrency, the limit
 ///   bound, served less than the ring's best beyond the noise of the counts, the ring
 ///   bracketed the knee, and the reset goes to the least mean inflight of a window that
-///   served as much as the best (see `Autotune::best_served_at`);
+///   served as much as the best (see `Autotune::best_served_at`). A reset is judged by
+///   what it cost: if throughput then fell with inflight while the rtt lost a queue, it
+///   went below the knee, and the limit goes back to where throughput scales up to what
+///   the ring served (see `Autotune::judge_reset`);
 /// - more *shrinks* than growths but elasticity > 0.6: less concurrency costs throughput
 ///   proportionally although latency says there is a queue, so the service got slower, not
 ///   busier, and the baseline is stale: **re-anchor** `base = srtt`. (Requiring most windows
@@ -549,6 +571,11 @@ pub struct Autotune {
     span: Span,
     /// A large step waiting for its judgement.
     trial: Option<Trial>,
+    /// A reset waiting for its judgement.
+    reset: Option<ResetCheck>,
+    /// The windows of the ring where the limit bound and latency saw no queue (they did not
+    /// shrink), together: what a reset's premise rests on.
+    ring_bound: Span,
     /// The last probe at a small limit was kept: probe again as soon as the span at the
     /// new limit is whole, rather than after a steady ring.
     descending: bool,
@@ -578,7 +605,7 @@ pub struct Autotune {
     /// See [`Light`].
     light: Option<Light>,
     /// The largest mean inflight of a window that the demand set (the limit was not
-    /// reached), within the tolerance and without drops: a concurrency the service held
+    /// reached), within the tolerance and with at most one drop: a concurrency the service held
     /// without a queue (see [`Autotune::regain`]).
     served: Option<f64>,
     /// A latency shrink since found the service slower at `served` (see
@@ -622,6 +649,8 @@ impl Autotune {
             probe_base: None,
             span: Span::default(),
             trial: None,
+            reset: None,
+            ring_bound: Span::default(),
             descending: false,
             knee: None,
             started: false,
@@ -1087,7 +1116,11 @@ impl Autotune {
         let (Some(srtt), Some(base)) = (self.srtt, self.base) else {
             return;
         };
-        if self.drops > 0 {
+        // One drop in a window says nothing of a rate (see `drops_call_for_backoff`): a
+        // window of a thousand answers of exponential work with a 10x timeout holds one
+        // about every twentieth time, and refusing it left the level a service held before
+        // it got slower unknown, so that nothing was regained once it was fast again.
+        if self.drops > 1 {
             return;
         }
         if self.served_left && srtt > base.value + 2.0 * self.srtt_var.sqrt() {
@@ -1231,6 +1264,11 @@ impl Autotune {
                 // ring's least window, a descent from 200 took resets from 148 to 75 and 93
                 // to 78, and probes alone the rest (still 78 after 21 s).
                 let deepest = self.limit * self.config.reset_factor.clamp(0.0, 1.0);
+                self.reset = Some(ResetCheck {
+                    from: self.limit,
+                    before: self.ring_bound,
+                    after: Span::default(),
+                });
                 self.limit = self
                     .best_served_at()
                     .map_or(deepest, |level| level.clamp(deepest, self.limit));
@@ -1269,6 +1307,7 @@ impl Autotune {
             }
         }
         self.filled = 0;
+        self.ring_bound = Span::default();
     }
 
     /// The least mean inflight of a window of the ring whose throughput is within two
@@ -1315,6 +1354,34 @@ impl Autotune {
     }
 
     /// Starts a trial of the limit `to`, judged against the span at the limit in force.
+    /// Judges a reset once a whole span at its limit is measured, each window bound. Where
+    /// the ring's windows straddled the knee without bracketing it (see `best_served_at`),
+    /// halving can go far below it: the check's low elasticity came from windows past the
+    /// knee, not from a baseline measured under load. If throughput then fell with inflight
+    /// (an elasticity above `high_elasticity`, beyond [`TRIAL_EVIDENCE`] standard errors of
+    /// its noise), the reset went below the knee, and the limit goes to where throughput
+    /// scaled back up reaches what the ring served: `limit x before / after`, at most the
+    /// limit before the reset. Below the knee throughput follows inflight, so that is the
+    /// knee. From far above it (a descent from 200 to a knee of 20), throughput holds and the
+    /// reset stands.
+    fn judge_reset(&mut self, reset: &ResetCheck) {
+        let (before, after) = (&reset.before, &reset.after);
+        let inflight = (before.inflight() / after.inflight().max(f64::MIN_POSITIVE)).ln();
+        let gain = (before.throughput() / after.throughput().max(f64::MIN_POSITIVE)).ln();
+        let ((rtt_before, var_before), (rtt_after, var_after)) = (before.rtt(), after.rtt());
+        let queue_left = rtt_before - rtt_after;
+        if before.whole()
+            && inflight >= (1.0 + JUDGED_STEP).ln()
+            && gain > self.config.high_elasticity * inflight
+            && gain > TRIAL_EVIDENCE * Span::gain_noise(before, after)
+            && queue_left * queue_left > 4.0 * (var_before + var_after)
+            && queue_left > 0.0
+        {
+            self.limit = (self.limit * gain.exp()).min(reset.from);
+            self.settling = true;
+        }
+    }
+
     fn start_trial(&mut self, to: f64) {
         self.trial = Some(Trial {
             from: self.limit,
@@ -1452,8 +1519,25 @@ impl Autotune {
                     (self.idle_probes + 1).min(MAX_DOUBLINGS)
                 };
             }
+            let bound = f64::from(self.inflight_max) >= in_force;
+            if let Some(mut reset) = self.reset.take() {
+                // A reset whose demand no longer filled it stands: throughput fell with the
+                // demand. (A shrink since, for drops or latency, is judged with the rest:
+                // the drops of a slow tail admitted before the reset land in its first
+                // windows.)
+                if bound {
+                    reset.after.add(&window);
+                    if reset.after.whole() {
+                        self.judge_reset(&reset);
+                    } else {
+                        self.reset = Some(reset);
+                    }
+                }
+            }
             if inflight > 0.0 && throughput > 0.0 {
-                let bound = f64::from(self.inflight_max) >= in_force;
+                if bound && moved != Move::Shrink {
+                    self.ring_bound.add(&window);
+                }
                 self.ring[self.filled] = RingWindow {
                     ln_inflight: inflight.ln(),
                     ln_throughput: throughput.ln(),

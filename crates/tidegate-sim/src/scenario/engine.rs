@@ -637,7 +637,7 @@ impl<'a> Run<'a> {
             }
             Ending::Shed | Ending::Refused | Ending::Unsent => self.second.shed += 1,
             Ending::Expired => self.second.expired += 1,
-            Ending::TimedOut => self.second.timed_out += 1,
+            Ending::TimedOut { .. } => self.second.timed_out += 1,
         }
     }
 
@@ -701,7 +701,11 @@ impl<'a> Run<'a> {
             if retries.on_timeout && self.attempts[idx as usize].number < retries.max {
                 self.retry(idx);
             } else {
-                self.end_request(idx, Ending::TimedOut);
+                let a = &self.attempts[idx as usize];
+                let unservable = self.instances[i]
+                    .own_work(a.factor)
+                    .is_some_and(|work| work >= self.scenario.load.timeout);
+                self.end_request(idx, Ending::TimedOut { unservable });
             }
             self.release(idx);
             self.drain(i);

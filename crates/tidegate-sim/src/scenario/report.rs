@@ -27,7 +27,12 @@ pub enum Ending {
     Shed,
     Expired,
     Refused,
-    TimedOut,
+    /// The caller gave up; `unservable` if the request's own work (see
+    /// [`tidegate_model::service::Instance::own_work`]) outlasted the caller's timeout, so
+    /// that no protection could have answered it in time.
+    TimedOut {
+        unservable: bool,
+    },
     Unsent,
 }
 
@@ -40,6 +45,8 @@ pub(crate) struct Count {
     expired: u64,
     refused: u64,
     timed_out: u64,
+    /// Of `timed_out`, the unservable.
+    unservable: u64,
     unsent: u64,
     latency: Option<Histogram>,
 }
@@ -53,6 +60,7 @@ impl Count {
         self.expired += other.expired;
         self.refused += other.refused;
         self.timed_out += other.timed_out;
+        self.unservable += other.unservable;
         self.unsent += other.unsent;
         if let Some(latency) = &other.latency {
             self.latency.get_or_insert_with(Histogram::new).add(latency);
@@ -70,7 +78,10 @@ impl Count {
             Ending::Shed => self.shed += 1,
             Ending::Expired => self.expired += 1,
             Ending::Refused => self.refused += 1,
-            Ending::TimedOut => self.timed_out += 1,
+            Ending::TimedOut { unservable } => {
+                self.timed_out += 1;
+                self.unservable += u64::from(unservable);
+            }
             Ending::Unsent => self.unsent += 1,
         }
     }
@@ -91,6 +102,7 @@ impl Count {
             expired_ratio: round4(ratio(self.expired)),
             refused_ratio: round4(ratio(self.refused)),
             timeout_ratio: round4(ratio(self.timed_out)),
+            avoidable_timeout_ratio: round4(ratio(self.timed_out - self.unservable)),
             unsent_ratio: round4(ratio(self.unsent)),
             p50_ms: ms(0.5),
             p90_ms: ms(0.9),
@@ -171,6 +183,10 @@ pub struct Figures {
     pub expired_ratio: f64,
     pub refused_ratio: f64,
     pub timeout_ratio: f64,
+    /// Of `timeout_ratio`, the requests whose own work was within the caller's timeout: the
+    /// wait (in a queue, or behind other requests in the service) made them late. All of
+    /// them where the work is not known apart from the wait.
+    pub avoidable_timeout_ratio: f64,
     pub unsent_ratio: f64,
     pub p50_ms: Option<f64>,
     pub p90_ms: Option<f64>,
@@ -417,7 +433,9 @@ mod tests {
                 tally.offer(tier);
                 let ending = match i % 7 {
                     0 => Ending::Shed,
-                    1 => Ending::TimedOut,
+                    1 => Ending::TimedOut {
+                        unservable: i % 2 == 0,
+                    },
                     _ => Ending::Ok(Nanos::from_micros(100 + i * i % 9_000)),
                 };
                 tally.end(tier, ending);

@@ -3,8 +3,11 @@
 //! - goodput >= 97% of the capacity in every overloaded window, >= 99% of the offered load in
 //!   every window below it, and nothing shed at 0.5x;
 //! - p99 of the ok responses <= 1.25x the oracle's, and the p99 of every request served
-//!   (in time or not) <= the client's timeout: at most 1% of them answered too late;
-//! - with two tiers, tier 1 loses nothing while tier 2 still gets served;
+//!   (in time or not) <= the client's timeout: at most 1% of them answered too late (of
+//!   those whose own work is within the timeout);
+//! - with two tiers, tier 1 loses nothing while tier 2 still gets served (lost: shed,
+//!   refused, or late for a wait; a request whose own work outlasts the timeout is late
+//!   whatever the protection does);
 //! - the limit settled within 50 mean work times after an overload or a capacity change.
 
 use serde::Serialize;

@@ -1394,3 +1394,87 @@ fn config_round_trips_and_rejects_unknown_keys() {
     );
     assert!(toml::from_str::<AutotuneConfig>("alpha = 3").is_err());
 }
+
+/// A span of `seconds` over `windows` windows at a mean `inflight`, serving `throughput`
+/// answers a second whose rtts have mean `rtt` and standard deviation `sd`.
+fn measured_span(
+    windows: u32,
+    seconds: f64,
+    inflight: f64,
+    throughput: f64,
+    rtt: f64,
+    sd: f64,
+) -> Span {
+    let successes = (throughput * seconds).round() as u32;
+    let n = f64::from(successes);
+    Span {
+        windows,
+        seconds,
+        successes,
+        samples: successes,
+        inflight_sum: (inflight * n).round() as u64,
+        rtt: rtt * n,
+        rtt_sq: n * (rtt * rtt + sd * sd),
+    }
+}
+
+#[test]
+fn a_reset_that_cost_throughput_in_proportion_goes_back_to_the_knee() {
+    // The sweep's cache in front of a slow store (bimodal 99/1, 50 ms and 5 s, a 1 s
+    // timeout) at a knee of 100, stepped to 3x (seed 1): the slow answers are drops, so
+    // the ring's windows at 91-107 in flight saw their fast answers only, queueing a little
+    // past the knee, and throughput flat: a reset, which halved 107.5 to 53.8. There the
+    // fast answers queue no more, and throughput fell by as much as inflight did.
+    let before = measured_span(8, 4.0, 100.0, 1000.0, 0.056, 0.004);
+    // The limit after a reset of 107.5 to 53.8, judged on `before` and `after`.
+    let judged = |before: Span, after: Span| {
+        let mut a = past_slow_start(20);
+        a.limit = 53.8;
+        a.judge_reset(&ResetCheck {
+            from: 107.5,
+            before,
+            after,
+        });
+        a.limit
+    };
+    let after = measured_span(2, 1.0, 54.0, 543.0, 0.0503, 0.0005);
+    let limit = judged(before, after);
+    assert!((limit - 53.8 * 1000.0 / 543.0).abs() < 0.5, "{limit}");
+
+    // From far above the knee, throughput held: the reset stands.
+    let held = measured_span(2, 1.0, 54.0, 990.0, 0.0503, 0.0005);
+    assert_eq!(judged(before, held), 53.8);
+
+    // Throughput fell, but the rtt with it was no shorter than the ring's: a service that
+    // got slower (half its workers gone), not a reset below the knee.
+    let slower = measured_span(2, 1.0, 54.0, 543.0, 0.056, 0.004);
+    assert_eq!(judged(before, slower), 53.8);
+
+    // Nor on a single window before the reset: too little to judge by.
+    let one = measured_span(1, 0.5, 100.0, 1000.0, 0.056, 0.004);
+    assert_eq!(judged(one, after), 53.8);
+}
+
+#[test]
+fn one_drop_in_a_window_still_shows_the_concurrency_it_served() {
+    // A window of a thousand answers at the baseline, the demand's 24 in flight under a
+    // limit of 80 (exponential work with a 10x timeout: e^-10 of the answers come too
+    // late whatever the load). One drop says nothing of a rate: the window shows the
+    // service held 24. The sweep's exponential work at a knee of 500 with a capacity that
+    // halves had one such window before the halving, and regained nothing after it.
+    let watched = |drops: u32| {
+        let mut a = past_slow_start(80);
+        a.srtt = Some(0.1);
+        a.base = Some(Baseline::anchored(0.1, 1e-6));
+        a.drops = drops;
+        a.inflight_max = 40;
+        let rtt = WindowRtt {
+            mean: 0.1,
+            variance_of_mean: 1e-5,
+        };
+        a.watch_served(Some(rtt), true, 80.0, a.tolerance(), 24.0);
+        a.served
+    };
+    assert_eq!(watched(1), Some(24.0));
+    assert_eq!(watched(2), None, "two are the start of a rate");
+}

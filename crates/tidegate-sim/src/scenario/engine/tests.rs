@@ -52,13 +52,16 @@ fn an_overloaded_pool_refuses_past_its_queue_and_times_out_the_rest() {
     );
 }
 
+/// [`POOL`] with work of 2 s against its 1 s timeout, at 1 rps.
+fn slow_pool() -> String {
+    POOL.replace("work = \"100ms\"", "work = \"2s\"")
+        .replace("rate = 10", "rate = 1")
+}
+
 #[test]
 fn abandoned_work_continues_and_the_gate_learns_it_as_a_drop() {
-    // Work of 2 s against a 1 s timeout: every caller gives up, the service works on.
-    let doc = POOL
-        .replace("work = \"100ms\"", "work = \"2s\"")
-        .replace("rate = 10", "rate = 1");
-    let s = scenario(&doc);
+    // Every caller gives up, the service works on.
+    let s = scenario(&slow_pool());
     let off = run_arm(&s, &s.arms[0], None);
     assert_eq!(off.steady.figures.goodput_rps, 0.0);
     assert_eq!(off.steady.figures.timeout_ratio, 1.0);
@@ -69,6 +72,21 @@ fn abandoned_work_continues_and_the_gate_learns_it_as_a_drop() {
     let gated = run_arm(&s, &s.arms[1], None);
     assert_eq!(gated.steady.figures.goodput_rps, 0.0);
     assert!(gated.whole.figures.timeout_ratio + gated.whole.figures.shed_ratio > 0.99);
+}
+
+#[test]
+fn a_timeout_is_avoidable_only_if_the_requests_own_work_was_within_it() {
+    // Late whatever the protection does.
+    let s = scenario(&slow_pool());
+    let f = run_arm(&s, &s.arms[0], None).steady.figures;
+    assert_eq!((f.timeout_ratio, f.avoidable_timeout_ratio), (1.0, 0.0));
+    // Work of 600 ms (3.3 rps of capacity) at 10 rps, unprotected: the internal queue of 5
+    // holds 1.5 s, so what times out is late for its wait, its own work within the timeout.
+    let queued = POOL.replace("work = \"100ms\"", "work = \"600ms\"");
+    let s = scenario(&queued);
+    let f = run_arm(&s, &s.arms[0], None).steady.figures;
+    assert!(f.timeout_ratio > 0.1, "{f:?}");
+    assert_eq!(f.avoidable_timeout_ratio, f.timeout_ratio, "{f:?}");
 }
 
 /// Runs the gate arm of `doc` and returns its gate's counters.
