@@ -22,6 +22,7 @@
 use std::collections::VecDeque;
 
 use crate::limit::{Limit, Outcome, Sample};
+use crate::peers::{PeerConfig, PeerMean, PeerStamp};
 use crate::priority::{Priority, TIERS};
 use crate::queue::{Entry, Order, PriorityQueue, Ticket};
 use crate::regulator::{QueueStats, Regulator, RegulatorState, Verdict};
@@ -343,6 +344,14 @@ pub struct Snapshot {
     pub callers_wait: Option<Nanos>,
 }
 
+/// The peers' mean limit as a gate heard it (`crate::peers`).
+#[derive(Clone, Copy, Debug)]
+struct HeardPeers {
+    limit: f64,
+    weight: f64,
+    expires: Time,
+}
+
 /// The composition of a [`Limit`], a [`Regulator`] and a [`PriorityQueue`].
 #[derive(Debug)]
 pub struct Gate {
@@ -352,9 +361,13 @@ pub struct Gate {
     regulator: Box<dyn Regulator>,
     queue: PriorityQueue,
     config: QueueConfig,
-    /// `limit.limit()` capped by the lease, refreshed whenever either changes.
+    /// `limit.limit()`, held toward the peers' mean and capped by the lease, refreshed
+    /// whenever one of them changes.
     effective_limit: u32,
     lease: Option<Lease>,
+    /// The peers' mean limit as last heard, the share of the way to it the limit in force
+    /// goes, and until when ([`Gate::hear_peers`]).
+    peers: Option<HeardPeers>,
     /// In the service, lent slots included.
     inflight: u32,
     /// Lent out and not yet returned.
@@ -386,6 +399,7 @@ impl Gate {
             config,
             effective_limit,
             lease: None,
+            peers: None,
             inflight: 0,
             lent: 0,
             last_empty: Time::ZERO,
@@ -417,6 +431,7 @@ impl Gate {
         self.demand.arrived();
         self.tier_seen[usize::from(priority.tier())] = Some(now);
         self.end_lapsed_lease(now);
+        self.end_lapsed_peers(now);
         if self.lease.is_some_and(|lease| lease.allowed == 0) {
             return self.reject(priority, RejectReason::NoLease);
         }
@@ -508,6 +523,7 @@ impl Gate {
     /// would see the service as fuller than it is).
     pub fn lend(&mut self, now: Time) -> u32 {
         self.end_lapsed_lease(now);
+        self.end_lapsed_peers(now);
         if !self.may_lend() {
             return 0;
         }
@@ -627,6 +643,7 @@ impl Gate {
         }
         self.note_if_empty(now);
         self.end_lapsed_lease(now);
+        self.end_lapsed_peers(now);
         if now >= self.regulator.next_tick() {
             let stats = self.queue_stats(now);
             self.regulator.tick(now, &stats);
@@ -808,8 +825,54 @@ impl Gate {
         }
     }
 
+    /// What this gate says of itself on the requests its proxy forwards
+    /// (`crate::peers`): the limit its algorithm learnt, not the one in force, and its
+    /// regulator's drop ratio. `id` is the proxy's.
+    pub fn peer_stamp(&self, id: u64) -> PeerStamp {
+        PeerStamp {
+            id,
+            limit: self.limit.limit().max(1),
+            ratio: self.regulator.state().reject_ratio.clamp(0.0, 1.0),
+        }
+    }
+
+    /// The instances behind this gate's proxy said the means of its peers' stamps
+    /// (`crate::peers`): until `config.ttl` from now, the limit in force is the learnt one
+    /// plus `config.limit_weight` of the way to the mean (a fixed limit stays the
+    /// operator's), and the regulator pulls its drop ratio toward the mean by
+    /// `config.ratio_weight` at each of its updates. The limit keeps learning from this
+    /// gate's own answers alone.
+    pub fn hear_peers(&mut self, now: Time, mean: &PeerMean, config: &PeerConfig) {
+        self.peers = Some(HeardPeers {
+            limit: mean.limit,
+            weight: config.limit_weight.clamp(0.0, 1.0),
+            expires: now + config.ttl,
+        });
+        self.regulator
+            .hear_peers(Some((mean.ratio, config.ratio_weight.clamp(0.0, 1.0))));
+        self.refresh_limit();
+        self.fill(now);
+    }
+
+    /// Forgets the peers' means once they are older than their `ttl`.
+    fn end_lapsed_peers(&mut self, now: Time) {
+        if self.peers.is_some_and(|peers| now >= peers.expires) {
+            self.peers = None;
+            self.regulator.hear_peers(None);
+            self.refresh_limit();
+            self.fill(now);
+        }
+    }
+
     fn refresh_limit(&mut self) {
-        let limit = self.limit.limit().max(1);
+        let learnt = self.limit.limit().max(1);
+        let limit = match self.peers {
+            Some(peers) if !self.fixed => {
+                let own = f64::from(learnt);
+                (own + peers.weight * (peers.limit - own)).round().max(1.0) as u32
+            }
+            _ => learnt,
+        };
         self.effective_limit = match self.lease {
             Some(lease) => limit.min(lease.allowed),
             None => limit,

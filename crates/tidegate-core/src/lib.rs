@@ -18,6 +18,7 @@ pub mod gate;
 pub mod lease;
 pub mod limit;
 pub mod outbound;
+pub mod peers;
 pub mod priority;
 pub mod queue;
 pub mod regulator;

@@ -60,6 +60,12 @@ pub struct Config {
     pub dashboard: DashboardConfig,
     /// WebSocket, event streams and other long-lived streams: their cap and idle timeout.
     pub streams: StreamsConfig,
+    /// With `[peers]`, the proxy stamps its gate's learnt limit and drop ratio on what it
+    /// forwards (`tidegate-peer`) and holds its limit and ratio toward the means its
+    /// upstream's instances say back (`tidegate-peers`), so that proxies in front of the
+    /// same instances hold the same room and draw the same line (`docs/peers.md`). The
+    /// instances need `tidegate_tower::peers::PeerBoardLayer`. Off unless set.
+    pub peers: Option<tidegate_core::peers::PeerConfig>,
 }
 
 impl Default for Config {
@@ -81,6 +87,7 @@ impl Default for Config {
             gate: GateConfig::default(),
             dashboard: DashboardConfig::default(),
             streams: StreamsConfig::default(),
+            peers: None,
         }
     }
 }

@@ -33,6 +33,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use prometheus_client::registry::Registry;
 use tidegate_core::lease::LeaseHeader;
+use tidegate_core::peers::PeerMean;
 
 use crate::cutoff;
 use tidegate_core::limit::Outcome;
@@ -62,6 +63,8 @@ pub const ERROR_HEADER: &str = "tidegate-error";
 
 static ERROR_HEADER_NAME: HeaderName = HeaderName::from_static(ERROR_HEADER);
 static LEASE_HEADER: HeaderName = HeaderName::from_static(tidegate_core::lease::HEADER);
+static PEER_STAMP_HEADER: HeaderName = HeaderName::from_static(tidegate_core::peers::STAMP_HEADER);
+static PEER_MEAN_HEADER: HeaderName = HeaderName::from_static(tidegate_core::peers::MEAN_HEADER);
 
 /// What every request handler shares.
 #[derive(Debug)]
@@ -289,6 +292,13 @@ fn send(
     );
     if let Some(stream) = &stream {
         stream.forward_headers(&mut parts.headers);
+    }
+    if let Some((id, _)) = &upstream.peers {
+        // What this proxy's gate learnt, for the instances to pass on to its peers.
+        let stamp = upstream.gates[completion.partition].gate.peer_stamp(*id);
+        if let Ok(value) = HeaderValue::from_str(&stamp.to_string()) {
+            parts.headers.insert(&PEER_STAMP_HEADER, value);
+        }
     }
     completion.stream = stream;
     let http2 = shared.forwarding.upstream_version == http::Version::HTTP_2;
@@ -584,6 +594,19 @@ impl Completion {
             && !upstream.cutoff.receive(self.shared.now(), value)
         {
             upstream.metrics.cutoff_invalid.inc();
+        }
+        // The peers' means are between this proxy and its upstream: taken in, not passed on.
+        if let Some(value) = headers.remove(&PEER_MEAN_HEADER)
+            && let Some((_, config)) = &upstream.peers
+        {
+            match value.to_str().ok().and_then(|v| v.parse::<PeerMean>().ok()) {
+                Some(mean) => upstream.gates[self.partition]
+                    .gate
+                    .hear_peers(&mean, config),
+                None => {
+                    upstream.metrics.peers_invalid.inc();
+                }
+            }
         }
         if let Some(value) = take_lease(headers) {
             match value

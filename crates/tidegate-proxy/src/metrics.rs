@@ -113,6 +113,7 @@ pub(crate) struct UpstreamMetrics {
     pub(crate) abandoned: Gauge,
     pub(crate) lease_invalid: Counter,
     pub(crate) cutoff_invalid: Counter,
+    pub(crate) peers_invalid: Counter,
 }
 
 impl UpstreamMetrics {
@@ -135,6 +136,7 @@ impl UpstreamMetrics {
             abandoned: Gauge::default(),
             lease_invalid: Counter::default(),
             cutoff_invalid: Counter::default(),
+            peers_invalid: Counter::default(),
         }
     }
 }
@@ -149,6 +151,7 @@ pub(crate) struct ProxyMetrics {
     abandoned: Family<Labels, Gauge>,
     lease_invalid: Family<Labels, Counter>,
     cutoff_invalid: Family<Labels, Counter>,
+    peers_invalid: Family<Labels, Counter>,
     pub(crate) priority_invalid: Counter,
     /// Priority headers from clients outside `trust.sources`, not read.
     pub(crate) priority_untrusted: Counter,
@@ -171,6 +174,7 @@ impl ProxyMetrics {
         let abandoned = Family::<Labels, Gauge>::default();
         let lease_invalid = Family::<Labels, Counter>::default();
         let cutoff_invalid = Family::<Labels, Counter>::default();
+        let peers_invalid = Family::<Labels, Counter>::default();
         let priority_invalid = Counter::default();
         let priority_untrusted = Counter::default();
         registry.register(
@@ -209,6 +213,11 @@ impl ProxyMetrics {
             cutoff_invalid.clone(),
         );
         registry.register(
+            "tidegate_peers_header_invalid",
+            "Peer means (tidegate-peers) from an upstream that did not parse; ignored",
+            peers_invalid.clone(),
+        );
+        registry.register(
             "tidegate_priority_header_invalid",
             "Priority headers that did not parse; the request got the default priority",
             priority_invalid.clone(),
@@ -238,6 +247,7 @@ impl ProxyMetrics {
             abandoned,
             lease_invalid,
             cutoff_invalid,
+            peers_invalid,
             priority_invalid,
             priority_untrusted,
             unavailable,
@@ -265,6 +275,7 @@ impl ProxyMetrics {
             abandoned: self.abandoned.get_or_create(&vec![name()]).clone(),
             lease_invalid: self.lease_invalid.get_or_create(&vec![name()]).clone(),
             cutoff_invalid: self.cutoff_invalid.get_or_create(&vec![name()]).clone(),
+            peers_invalid: self.peers_invalid.get_or_create(&vec![name()]).clone(),
         }
     }
 }

@@ -81,6 +81,9 @@ pub(crate) struct Upstream {
     pub(crate) metrics: UpstreamMetrics,
     /// What the upstream last said it refuses (`tidegate-cutoff`).
     pub(crate) cutoff: crate::cutoff::UpstreamCutoff,
+    /// With `[peers]`: this proxy's id in its stamps (drawn when the upstream is built) and
+    /// how its gates take in the means the upstream's instances say (`docs/peers.md`).
+    pub(crate) peers: Option<(u64, tidegate_core::peers::PeerConfig)>,
     /// `mode = "dry-run"` ([`crate::dry_run`]); a reload may change it.
     pub(crate) dry_run: std::sync::atomic::AtomicBool,
     /// Its long-lived streams, under their own cap ([`crate::stream`]).
@@ -133,11 +136,25 @@ impl Upstream {
             gates,
             health: Health::new(&name, config.ejection.clone()),
             cutoff: Default::default(),
+            peers: config.peers.clone().map(|peers| (peer_id(), peers)),
             dry_run: (config.mode_of(upstream) == Mode::DryRun).into(),
             streams: streams.upstream(&name),
             name,
         })
     }
+}
+
+/// A number this proxy's peers do not share: the standard library's per-process random
+/// hash keys, over the time.
+fn peer_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
 }
 
 /// Whether an upstream may be sent requests.

@@ -38,6 +38,8 @@
 //! proxy maps caller keys to cohorts with the same salt), `priority_travels` (hops after the
 //! first rank a request by the priority the first computed; otherwise by the default
 //! priority), `feedback` (the `tidegate-cutoff` header: callers drop what the callee refuses),
+//! `peers` (the `tidegate-peer` header: a hop's proxies hold their limits toward each other's,
+//! the edge's their drop ratios too),
 //! `client_throttle` (the clients' adaptive throttle) and `retry` (the clients' retries).
 
 mod engine;
@@ -62,6 +64,33 @@ use tidegate_model::fleet::{ClientRetry, HopConfig, validate_hops};
 use tidegate_model::{ConfigError, NonNegative};
 
 use crate::scenario::{Document, ScenarioError, load_document};
+
+/// A hash of small integer keys (tickets, users) by multiplication: the engine looks one up
+/// on nearly every event, and SipHash, which guards maps against keys an adversary picks,
+/// was a tenth of the time of the fleet at scale. Iteration order differs from SipHash's;
+/// nothing the engine sums depends on it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(26) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+pub(crate) type FastMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
 
 /// A whole fleet scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -126,6 +155,11 @@ pub struct FleetArm {
     /// Gates say their cut-off on responses, callers drop what it refuses. Default true.
     #[serde(default = "yes")]
     pub feedback: bool,
+    /// The proxies of each hop tell each other their limits, and the edge proxies their
+    /// drop ratios, through the instances they share (`tidegate-peer`, `docs/peers.md`).
+    /// Default true.
+    #[serde(default = "yes")]
+    pub peers: bool,
     /// The clients throttle adaptively (Google SRE, K = 2). Default false.
     #[serde(default)]
     pub client_throttle: bool,

@@ -21,6 +21,7 @@ mod layer;
 pub mod lease;
 pub mod metrics;
 pub mod outbound;
+pub mod peers;
 mod shared;
 
 pub use body::PermitBody;

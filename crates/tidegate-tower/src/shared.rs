@@ -40,6 +40,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use tidegate_core::config::GateConfig;
 use tidegate_core::gate::{Arrival, Event, Gate, Lease, LentPermit, Snapshot};
 use tidegate_core::limit::Outcome;
+use tidegate_core::peers::{PeerConfig, PeerMean, PeerStamp};
 use tidegate_core::queue::Ticket;
 use tidegate_core::{Nanos, Priority, Time};
 use tokio::time::{Instant, Sleep};
@@ -181,6 +182,22 @@ impl SharedGate {
                 expires: now + Nanos::from(ttl),
             },
         );
+        self.inner.settle(&mut state, now);
+    }
+
+    /// What this gate says of itself on the requests its proxy forwards (`docs/peers.md`):
+    /// its learnt limit and its regulator's drop ratio, under the proxy's `id`.
+    pub fn peer_stamp(&self, id: u64) -> PeerStamp {
+        self.inner.lock().gate.peer_stamp(id)
+    }
+
+    /// The instances behind the gate said the means of its peers' stamps (`docs/peers.md`):
+    /// the limit in force and the regulator's drop ratio move toward them, as `config` says,
+    /// until `config.ttl` from now.
+    pub fn hear_peers(&self, mean: &PeerMean, config: &PeerConfig) {
+        let now = self.inner.now();
+        let mut state = self.inner.lock();
+        state.gate.hear_peers(now, mean, config);
         self.inner.settle(&mut state, now);
     }
 

@@ -690,3 +690,51 @@ fn callers_who_rarely_leave_do_not_bound_the_wait() {
     gate.complete(t(now + 250), running, Outcome::Success);
     assert!(matches!(events(&mut gate)[..], [Event::Admitted { ticket, .. }] if ticket == stale));
 }
+
+#[test]
+fn the_peers_mean_holds_the_limit_in_force_until_it_lapses() {
+    use crate::peers::{PeerConfig, PeerMean};
+    let learnt = Arc::new(AtomicU32::new(10));
+    let mut gate = Gate::new(
+        Box::new(Manual(learnt.clone())),
+        Box::new(Off),
+        QueueConfig {
+            timeout: Nanos::from_secs(10),
+            ..QueueConfig::default()
+        },
+    );
+    let config = PeerConfig {
+        ttl: Nanos::from_millis(100),
+        ..PeerConfig::default()
+    };
+    let mean = |limit| PeerMean {
+        limit,
+        ratio: 0.0,
+        peers: 3,
+    };
+    // All the way to the mean by default, halfway at 0.5; the stamp says what was learnt.
+    gate.hear_peers(t(0), &mean(16.0), &config);
+    assert_eq!(gate.limit(), 16);
+    assert_eq!(gate.peer_stamp(7).limit, 10);
+    let halfway = PeerConfig {
+        limit_weight: 0.5,
+        ..config.clone()
+    };
+    gate.hear_peers(t(0), &mean(16.0), &halfway);
+    assert_eq!(gate.limit(), 13);
+    // The mean moves with what this gate learns, and a lower mean takes room away.
+    learnt.store(4, Ordering::Relaxed);
+    gate.hear_peers(t(10), &mean(6.0), &halfway);
+    assert_eq!(gate.limit(), 5);
+    let _a: Vec<Permit> = (0..5)
+        .map(|_| admitted(gate.arrive(t(20), p(1, 0))))
+        .collect();
+    let _waiting = queued(gate.arrive(t(20), p(1, 0)));
+    // Not heard again: the gate's own limit after the ttl.
+    let _ = gate.arrive(t(110), p(1, 0));
+    assert_eq!(gate.limit(), 4);
+    // A fixed limit is the operator's: the peers do not move it.
+    let mut fixed = fixed_gate(10, QueueConfig::default());
+    fixed.hear_peers(t(0), &mean(30.0), &config);
+    assert_eq!(fixed.limit(), 10);
+}

@@ -124,4 +124,9 @@ pub trait Regulator: Send + fmt::Debug {
     fn transparent(&self) -> bool {
         false
     }
+
+    /// The mean drop ratio of the gates in front of the same instances, and the share of
+    /// the way to it to move at each update (`crate::peers`), or `None` once it lapsed.
+    /// The default ignores it: only a regulator with a drop ratio to share takes it.
+    fn hear_peers(&mut self, _peers: Option<(f64, f64)>) {}
 }

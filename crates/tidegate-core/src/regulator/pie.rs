@@ -153,6 +153,9 @@ pub struct Pie {
     last_dequeued: u64,
     rng: Rng,
     cutoff: PriorityCutoff,
+    /// The peers' mean drop probability and the share of the way to it `p` moves at each
+    /// update ([`Regulator::hear_peers`]).
+    peers: Option<(f64, f64)>,
 }
 
 impl Pie {
@@ -173,6 +176,7 @@ impl Pie {
             last_tick: None,
             last_dequeued: 0,
             rng: Rng::seed(config.seed),
+            peers: None,
             cutoff: {
                 let cutoff =
                     PriorityCutoff::new(HISTORY_HALF_LIFE).with_fall_rate(config.cut_fall_rate);
@@ -289,6 +293,11 @@ impl Regulator for Pie {
         let before = self.old_delay;
         for _ in 0..updates {
             self.update_probability(delay);
+            // The peers' mean pulls the level, after this gate's own step, which is kept
+            // whole: each PIE still answers its own queue.
+            if let Some((mean, weight)) = self.peers {
+                self.p = unit(self.p + weight * (mean - self.p));
+            }
         }
 
         self.burst = self.burst - (now - last);
@@ -322,6 +331,10 @@ impl Regulator for Pie {
     /// queue, while arrivals are seen.
     fn transparent(&self) -> bool {
         self.p <= 0.0 && !self.cutoff.holding()
+    }
+
+    fn hear_peers(&mut self, peers: Option<(f64, f64)>) {
+        self.peers = peers;
     }
 }
 
@@ -409,6 +422,29 @@ mod tests {
             late.p,
             on_time.p
         );
+    }
+
+    #[test]
+    fn the_peers_mean_pulls_p_after_its_own_step() {
+        // Three updates on an empty queue: alone, `p` stays at zero; pulled 0.3 of the way
+        // to a peers' mean of 0.6 after each of its own steps, it climbs toward it, and it
+        // stops being pulled once the mean lapses.
+        let mut alone = Pie::new(&PieConfig::default());
+        let mut pulled = Pie::new(&PieConfig::default());
+        pulled.hear_peers(Some((0.6, 0.3)));
+        let (mut a, mut b) = (Feed::new(), Feed::new());
+        for _ in 0..=3 {
+            a.tick(&mut alone, 0);
+            b.tick(&mut pulled, 0);
+        }
+        assert_eq!(alone.p, 0.0);
+        // 0.3 of the way three times over: 1 - 0.7^3 = 66% of the way, less its own steps
+        // down on the empty queue.
+        assert!(pulled.p > 0.35 && pulled.p < 0.6 * 0.66, "{}", pulled.p);
+        pulled.hear_peers(None);
+        let before = pulled.p;
+        b.tick(&mut pulled, 0);
+        assert!(pulled.p < before, "{} from {before}", pulled.p);
     }
 
     #[test]

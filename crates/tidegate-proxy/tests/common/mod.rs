@@ -280,6 +280,12 @@ async fn origin(state: Arc<OriginState>, request: Request<Incoming>) -> Response
         response
             .headers_mut()
             .insert("tidegate-cutoff", cutoff.parse().unwrap());
+    } else if let Some(limit) = path.strip_prefix("/peers/") {
+        // What a `PeerBoardLayer` would say of two proxies: `/peers/LIMIT`.
+        let mean = format!("limit={limit}, ratio=0.5, peers=2");
+        response
+            .headers_mut()
+            .insert("tidegate-peers", mean.parse().unwrap());
     } else if path == "/hop" {
         let headers = response.headers_mut();
         headers.insert("connection", "x-hop".parse().unwrap());

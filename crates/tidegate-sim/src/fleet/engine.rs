@@ -7,7 +7,7 @@
 //! the proxy and the tower layers run.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 use tidegate_core::feedback::{CutoffHeader, Feedback};
 use tidegate_core::gate::{Arrival, Event as GateEvent, Gate, Permit};
@@ -15,6 +15,7 @@ use tidegate_core::limit::Outcome;
 use tidegate_core::outbound::{
     AdaptiveThrottle, Backoff, RetryBudget, RetryBudgetConfig, RetryPolicy,
 };
+use tidegate_core::peers::{PeerBoard, PeerConfig};
 use tidegate_core::priority::{CohortMap, stable_hash};
 use tidegate_core::queue::Ticket;
 use tidegate_core::rng::{Rng, splitmix64};
@@ -22,7 +23,7 @@ use tidegate_core::{Nanos, Priority, Time};
 use tidegate_model::fleet::{Balancer, CallMode, HopConfig, RetryMode, Upstreams};
 
 use super::metrics::{AgreementSecond, AgreementTracker, ArmResult, Refusal, Second};
-use super::{FleetArm, FleetScenario};
+use super::{FastMap, FleetArm, FleetScenario};
 
 /// How long a gate's cut-off holds on its callers (`tidegate_tower::feedback::DEFAULT_TTL`).
 const CUTOFF_TTL: Nanos = Nanos::from_millis(250);
@@ -145,7 +146,7 @@ struct Call {
 #[derive(Debug)]
 struct Proxy {
     gate: Option<Gate>,
-    tickets: HashMap<Ticket, Id>,
+    tickets: FastMap<Ticket, Id>,
     tick_at: Time,
     /// The cut-off of the next hop as this proxy's instances report it.
     feedback: Feedback,
@@ -162,11 +163,15 @@ struct Instance {
     queue: VecDeque<Id>,
     /// The next hop's cut-off, from its proxies' responses (the outbound layer's hint).
     feedback: Feedback,
+    /// The stamps of the hop's proxies on the calls they sent it (`tidegate-peer`).
+    peers: PeerBoard,
 }
 
 #[derive(Debug)]
 struct Hop {
     config: HopConfig,
+    /// How the hop's gates take in their peers' means, with the arm's `peers`.
+    peers: Option<PeerConfig>,
     proxies: Vec<Proxy>,
     instances: Vec<Instance>,
     to_proxy: Balancer,
@@ -255,6 +260,25 @@ impl<'a> Engine<'a> {
             .enumerate()
             .map(|(h, config)| Hop {
                 config: config.clone(),
+                // At the edge, the limit in force is the peers' mean and the drop ratio is
+                // pulled toward theirs (the defaults): the edge proxies draw the line, and a
+                // line drawn alike needs their room alike. Behind it the limits are held
+                // halfway, for the throughput, and the ratio is not shared: there the callers
+                // hold back what a gate cuts, and a ratio shared by the callee's gates moves
+                // all their lines at once, every caller's hint with them (an instant mean
+                // among C's gates wasted 7-18% of the fixed edge's work, and the limits at
+                // the mean 8.2% against 6.3%; docs/experiments/README.md).
+                peers: arm.peers.then(|| {
+                    if h == 0 {
+                        PeerConfig::default()
+                    } else {
+                        PeerConfig {
+                            limit_weight: 0.5,
+                            ratio_weight: 0.0,
+                            ..PeerConfig::default()
+                        }
+                    }
+                }),
                 proxies: (0..config.proxies.get())
                     .map(|p| Proxy {
                         gate: gate.as_ref().map(|g| {
@@ -264,7 +288,7 @@ impl<'a> Engine<'a> {
                             g.regulator.pie.callers_hold_back |= arm.feedback && h > 0;
                             g.build()
                         }),
-                        tickets: HashMap::new(),
+                        tickets: FastMap::default(),
                         tick_at: Time::MAX,
                         feedback: Feedback::default(),
                         cohorts: CohortMap {
@@ -654,6 +678,12 @@ impl<'a> Engine<'a> {
         let h = &mut self.hops[usize::from(c.hop)];
         let instance = h.proxies[c.proxy as usize].upstreams.pick();
         c.instance = instance as u32;
+        if h.peers.is_some()
+            && let Some(gate) = h.proxies[c.proxy as usize].gate.as_ref()
+        {
+            let stamp = gate.peer_stamp(u64::from(c.proxy));
+            h.instances[instance].peers.record(self.now, stamp);
+        }
         let i = &mut h.instances[instance];
         if i.busy < h.config.workers.get() {
             i.busy += 1;
@@ -745,6 +775,14 @@ impl<'a> Engine<'a> {
         let c = &self.calls[call];
         let (hop, proxy, instance) = (usize::from(c.hop), c.proxy as usize, c.instance as usize);
         self.hops[hop].proxies[proxy].upstreams.done(instance);
+        // The response carries the means of the proxies' stamps the instance holds.
+        let h = &mut self.hops[hop];
+        if let Some(config) = h.peers.as_ref()
+            && let Some(mean) = h.instances[instance].peers.mean(now)
+            && let Some(gate) = h.proxies[proxy].gate.as_mut()
+        {
+            gate.hear_peers(now, &mean, config);
+        }
         let i = &self.hops[hop].instances[instance];
         // The instance's response carries the cut-off its outbound layer holds for the next
         // hop, which its proxy takes in.

@@ -1,8 +1,6 @@
 //! What a fleet run measures: per second, and over the overload (requests sent from
 //! `measure_from` on).
 
-use std::collections::HashMap;
-
 use tidegate_core::Time;
 use tidegate_core::gate::RejectReason;
 
@@ -175,7 +173,7 @@ pub(crate) struct AgreementTracker {
     second: u64,
     /// Per user, bit `p % 128` set for proxy `p`: seen, and shed; and bit
     /// [`Refusal::index`] set for each reason it was shed for.
-    users: HashMap<u32, (u128, u128, u8)>,
+    users: super::FastMap<u32, (u128, u128, u8)>,
 }
 
 /// One second of edge decisions, summed up.
