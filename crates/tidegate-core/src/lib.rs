@@ -13,6 +13,7 @@
 //! - [`feedback`]: a gate's cut-off told to its callers (`tidegate-cutoff`).
 
 pub mod config;
+pub mod fast_hash;
 pub mod feedback;
 pub mod gate;
 pub mod lease;

@@ -24,12 +24,12 @@
 //! commas, white space is ignored, unknown keys are ignored. `docs/peers.md` is the
 //! specification.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::fast_hash::FastMap;
 use crate::time::{Nanos, Time};
 
 /// The request header a proxy stamps its own gate's state in.
@@ -199,28 +199,6 @@ impl FromStr for PeerMean {
 /// memory and a lookup's cost are bounded whatever arrives.
 pub const MAX_PEERS: usize = 4096;
 
-/// Hashes a proxy's id by one multiplication (Fibonacci hashing): a lookup per request and
-/// per response, where SipHash cost the simulated fleet at scale 5% of its time. The number
-/// of entries is bounded ([`MAX_PEERS`]), which bounds what colliding ids could cost.
-#[derive(Clone, Copy, Debug, Default)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, id: u64) {
-        self.0 = (self.0 ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
-
 #[derive(Clone, Copy, Debug)]
 struct Seen {
     limit: u32,
@@ -236,7 +214,8 @@ struct Seen {
 #[derive(Clone, Debug)]
 pub struct PeerBoard {
     ttl: Nanos,
-    seen: IdMap<Seen>,
+    /// Hashed by one multiplication: a lookup per request and per response.
+    seen: FastMap<u64, Seen>,
     limits: f64,
     ratios: f64,
     next_sweep: Time,
@@ -253,7 +232,7 @@ impl PeerBoard {
     pub fn new(ttl: Nanos) -> PeerBoard {
         PeerBoard {
             ttl,
-            seen: IdMap::default(),
+            seen: FastMap::default(),
             limits: 0.0,
             ratios: 0.0,
             next_sweep: Time::ZERO,

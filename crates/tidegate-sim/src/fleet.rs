@@ -65,32 +65,7 @@ use tidegate_model::{ConfigError, NonNegative};
 
 use crate::scenario::{Document, ScenarioError, load_document};
 
-/// A hash of small integer keys (tickets, users) by multiplication: the engine looks one up
-/// on nearly every event, and SipHash, which guards maps against keys an adversary picks,
-/// was a tenth of the time of the fleet at scale. Iteration order differs from SipHash's;
-/// nothing the engine sums depends on it.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct FastHasher(u64);
-
-impl std::hash::Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(26) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-pub(crate) type FastMap<K, V> =
-    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+pub(crate) use tidegate_core::fast_hash::FastMap;
 
 /// A whole fleet scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
