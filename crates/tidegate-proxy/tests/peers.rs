@@ -25,25 +25,22 @@ async fn the_proxy_stamps_its_limit_and_holds_the_peers_mean() {
     let learnt = limit().await;
     assert!(learnt > 3.0, "{learnt}");
     let get = |path: &str| Request::get(proxy.url(path)).body(empty()).unwrap();
+    let stamp = || -> PeerStamp {
+        origin.last_seen().headers["tidegate-peer"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
     let response = send(&client, get("/peers/3")).await;
     assert_eq!(response.status(), StatusCode::OK);
     // Between the proxy and its upstream only.
     assert!(response.headers().get("tidegate-peers").is_none());
-    let stamp: PeerStamp = origin.last_seen().headers["tidegate-peer"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert_eq!(f64::from(stamp.limit), learnt);
+    assert_eq!(f64::from(stamp().limit), learnt);
     // The limit in force is the mean; the stamp still says what the gate learnt.
     assert_eq!(limit().await, 3.0);
     send(&client, get("/echo")).await;
-    let stamp: PeerStamp = origin.last_seen().headers["tidegate-peer"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert_eq!(f64::from(stamp.limit), learnt);
+    assert_eq!(f64::from(stamp().limit), learnt);
     // A mean that no board says is ignored, and counted.
     send(&client, get("/peers/0")).await;
     assert_eq!(limit().await, 3.0);
