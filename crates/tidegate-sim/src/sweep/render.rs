@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::CaseResult;
-use super::arms::{ARMS, DEFAULT};
+use super::arms::{ARMS, DEFAULT, ORACLE};
 use super::case::{Case, work_label};
 use super::measure::ArmResult;
 use super::targets::Target;
@@ -276,17 +276,33 @@ pub fn misses(results: &[CaseResult], arm: &str, limit: usize) -> String {
     if missed.is_empty() {
         return out;
     }
-    let mut by_target: BTreeMap<Target, usize> = BTreeMap::new();
+    // Per target, the cases that miss it and those where the oracle misses it too.
+    let mut by_target: BTreeMap<Target, (usize, usize)> = BTreeMap::new();
+    let mut beyond_oracle = 0;
     for r in &missed {
         let mut targets: Vec<Target> = r.misses[arm].iter().map(|m| m.target).collect();
         targets.dedup();
+        let shared = |t: &Target| oracle_misses(r, *t);
+        beyond_oracle += usize::from(targets.iter().all(shared));
         for t in targets {
-            *by_target.entry(t).or_default() += 1;
+            let entry = by_target.entry(t).or_default();
+            entry.0 += 1;
+            entry.1 += usize::from(shared(&t));
         }
     }
-    let _ = writeln!(out, "\nBy target (cases):");
-    for (t, n) in &by_target {
-        let _ = writeln!(out, "- {}: {n}", t.name());
+    if arm != ORACLE && results.iter().any(|r| r.arm(ORACLE).is_some()) {
+        let _ = writeln!(
+            out,
+            "\nIn {beyond_oracle} of them the oracle misses every target `{arm}` misses: no \
+             point of its grid, a fixed limit and queue timeout picked in hindsight, meets them."
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nBy target (cases; of them, those the oracle misses too):"
+    );
+    for (t, (n, shared)) in &by_target {
+        let _ = writeln!(out, "- {}: {n} ({shared})", t.name());
     }
     let _ = writeln!(out, "\nBy axis value (cases missed / cases):");
     for axis in &AXES {
@@ -304,7 +320,16 @@ pub fn misses(results: &[CaseResult], arm: &str, limit: usize) -> String {
     }
     let _ = writeln!(out, "\nCase by case:");
     for r in missed.iter().take(limit) {
-        let reasons: Vec<&str> = r.misses[arm].iter().map(|m| m.reason.as_str()).collect();
+        let reasons: Vec<String> = r.misses[arm]
+            .iter()
+            .map(|m| {
+                if arm != ORACLE && oracle_misses(r, m.target) {
+                    format!("{} (the oracle too)", m.reason)
+                } else {
+                    m.reason.clone()
+                }
+            })
+            .collect();
         let _ = writeln!(out, "- {}: {}", r.name, reasons.join("; "));
     }
     if missed.len() > limit {
@@ -315,6 +340,14 @@ pub fn misses(results: &[CaseResult], arm: &str, limit: usize) -> String {
         );
     }
     out
+}
+
+/// Whether the oracle ran on `result`'s case and missed `target` there.
+fn oracle_misses(result: &CaseResult, target: Target) -> bool {
+    result
+        .misses
+        .get(ORACLE)
+        .is_some_and(|misses| misses.iter().any(|m| m.target == target))
 }
 
 /// The files a page shows.

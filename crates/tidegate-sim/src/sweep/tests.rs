@@ -327,3 +327,44 @@ fn the_table_and_heatmaps_have_a_row_per_axis_value_and_a_column_per_arm() {
     assert!(page.contains("```sh\ntidegate sim sweep --case x\n```"));
     assert!(page.contains(render::GOODPUT_SVG) && page.contains(render::P99_SVG));
 }
+
+#[test]
+fn a_miss_the_oracle_shares_is_marked_and_counted() {
+    let case = small(LoadShape::Step3);
+    let ran = |arm: &str, goodput: f64| ArmResult {
+        arm: arm.to_owned(),
+        goodput: vec![goodput],
+        shed: 0,
+        p99_ms: Some(100.0),
+        late_share: 0.0,
+        tier1_loss: None,
+        tier2_served: None,
+        settle_w: Some(10.0),
+        unsettled: false,
+    };
+    // The same case twice: once the oracle meets the goodput target the default misses,
+    // once it misses it as well.
+    let result = |oracle_goodput: f64| {
+        let arms = vec![ran(DEFAULT, 0.9), ran(ORACLE, oracle_goodput)];
+        let oracle = arms[1].clone();
+        let misses = arms
+            .iter()
+            .map(|a| (a.arm.clone(), targets(&case, a, Some(&oracle))))
+            .filter(|(_, m)| !m.is_empty())
+            .collect();
+        CaseResult {
+            name: case.name(),
+            case: case.clone(),
+            arms,
+            oracle_point: Some("oracle 2 q=none".to_owned()),
+            misses,
+        }
+    };
+    let report = render::misses(&[result(0.99), result(0.93)], DEFAULT, usize::MAX);
+    assert!(report.contains("- goodput: 2 (1)"), "{report}");
+    assert!(
+        report.contains("In 1 of them the oracle misses every target"),
+        "{report}"
+    );
+    assert_eq!(report.matches("(the oracle too)").count(), 1, "{report}");
+}
