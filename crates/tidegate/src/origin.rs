@@ -107,10 +107,13 @@ pub(crate) struct OriginArgs {
     /// on), for a chain without the feedback to compare with.
     #[arg(long, requires = "call")]
     ignore_cutoff: bool,
-    /// Keep the tidegate-peer stamps of the proxies in front (a board per listener, each
-    /// stamp for 1 s, the proxies' default [peers] ttl) and say their means on every
-    /// response as tidegate-peers, so that those proxies hold the same limit and drop ratio
-    /// (docs/peers.md). Malformed stamps are ignored and counted in /metrics.
+    /// Keep the stamps of the proxies in front (tidegate-peer) and say their means on every
+    /// response (tidegate-peers), so that they hold the same limit and drop ratio
+    /// (docs/peers.md).
+    ///
+    /// A board per listener, each stamp kept 1 s (the proxies' default [peers] ttl).
+    /// Malformed stamps are ignored and counted in /metrics
+    /// (tidegate_origin_peers_header_invalid_total).
     #[arg(long)]
     peers: bool,
 }
