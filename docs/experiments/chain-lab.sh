@@ -23,7 +23,8 @@
 # completed, a second, against B's capacity), tiers 0-1 served (the clients' whole run), why
 # the A proxies refused in the key-seconds that disagree (the `tidegate-shed` reasons in the
 # attempt logs) and the spread of the limits in force at A's and B's gates as the window
-# opens (min-max over the hop's 9 gates, from the proxies' /metrics).
+# opens (for each origin, the least and the greatest over the 3 gates in front of it, from the
+# proxies' /metrics).
 #
 # Usage: docs/experiments/chain-lab.sh [--quick]   (--quick: 15 s an arm instead of 45 s)
 set -euo pipefail
@@ -93,13 +94,20 @@ scrape() {
     curl -fsS "http://127.0.0.1:$1/metrics" | awk -v s="$2" '$1 == s { print $2; found = 1 } END { if (!found) print 0 }'
 }
 
-# limits PORT...: the least and the greatest limit in force over the gates of the proxies
-# whose admin listeners are on PORTs.
+# limits PORT...: for each origin of a hop, the least and the greatest limit in force over
+# the gates in front of it, one in each proxy whose admin listener is on a PORT (the proxies
+# pull a gate toward the mean its own origin says, so the limits agree origin by origin).
 limits() {
-    local port
-    for port in "$@"; do curl -fsS "http://127.0.0.1:$port/metrics"; done |
-        awk '/^tidegate_limit\{/ { v = $2 + 0; if (n++ == 0 || v < lo) lo = v; if (v > hi) hi = v }
-             END { if (n) printf "%g-%g", lo, hi; else printf "none" }'
+    local port spreads
+    spreads=$(for port in "$@"; do curl -fsS "http://127.0.0.1:$port/metrics"; done |
+        awk -F'[{}]' '/^tidegate_limit\{/ {
+                 g = $2; v = $3 + 0
+                 if (!(g in lo) || v < lo[g]) lo[g] = v
+                 if (!(g in hi) || v > hi[g]) hi[g] = v
+             }
+             END { for (g in lo) printf "%s %g-%g\n", g, lo[g], hi[g] }' |
+        sort | awk '{ print $2 }' | paste -sd' ')
+    echo "${spreads:-none}"
 }
 
 # calls PORT...: ok, held back and failed calls summed over A's origins.
@@ -214,7 +222,7 @@ print(f"| {arm} | {everywhere / max(len(somewhere), 1):.1%} ({everywhere} of {le
 EOF
 }
 
-echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | disagreeing sheds by reason | limits at A / B |"
+echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | disagreeing sheds by reason | limits by origin at A / B |"
 echo "|---|---|---|---|---|---|---|---|"
 run_arm tidegate
 run_arm "no peers"
