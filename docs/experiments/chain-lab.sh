@@ -128,7 +128,7 @@ run_arm() {
     [[ $arm == "no feedback" ]] && ignore=(--ignore-cutoff) hold=false
     [[ $arm == "naive retries" ]] && retry=naive
     [[ $arm == "no shared salt" ]] && salted=1
-    local b_origins=() b_proxies=() a_origins=() a_proxies=()
+    local b_origins=() b_proxies=() b_admins=() a_origins=() a_proxies=() a_admins=()
     pids=()
     for i in 0 1 2; do
         b_origins+=($((base + i)))
@@ -137,7 +137,8 @@ run_arm() {
     done
     for i in 0 1 2; do
         b_proxies+=($((base + 10 + i)))
-        start_proxy "b-proxy-$i" "${b_proxies[i]}" $((base + 20 + i)) 0 "$hold" "$behind" \
+        b_admins+=($((base + 20 + i)))
+        start_proxy "b-proxy-$i" "${b_proxies[i]}" "${b_admins[i]}" 0 "$hold" "$behind" \
             "${b_origins[@]}"
     done
     for i in 0 1 2; do
@@ -147,7 +148,8 @@ run_arm() {
     done
     for i in 0 1 2; do
         a_proxies+=($((base + 40 + i)))
-        start_proxy "a-proxy-$i" "${a_proxies[i]}" $((base + 50 + i)) $((salted * (i + 1))) false \
+        a_admins+=($((base + 50 + i)))
+        start_proxy "a-proxy-$i" "${a_proxies[i]}" "${a_admins[i]}" $((salted * (i + 1))) false \
             "$edge" "${a_origins[@]}"
     done
     for port in "${b_origins[@]}" "${b_proxies[@]}" "${a_origins[@]}" "${a_proxies[@]}"; do
@@ -168,8 +170,8 @@ run_arm() {
     local t0 t1 a_limits b_limits
     t0=$(date +%s.%N)
     read -r ok0 held0 failed0 <<<"$(calls "${a_origins[@]}")"
-    a_limits=$(limits $((base + 50)) $((base + 51)) $((base + 52)))
-    b_limits=$(limits $((base + 20)) $((base + 21)) $((base + 22)))
+    a_limits=$(limits "${a_admins[@]}")
+    b_limits=$(limits "${b_admins[@]}")
     t0=$(python3 -c "print(($t0 + $(date +%s.%N)) / 2)")
     for pid in "${loads[@]}"; do wait "$pid"; done
     t1=$(date +%s.%N)
