@@ -6,10 +6,13 @@
 # key always the same tier, tiers 0-5), retrying as `tidegate-tower`'s RetryLayer does.
 # A third of the way in, B's origins slow down to half their capacity, and the clients offer
 # 3x what the chain can then complete. Arms: `tidegate` (everything on: B's gates know their
-# callers hold back what they cut, PIE's `callers_hold_back`); `no feedback` (A's origins
-# ignore B's cut-off, `tidegate-cutoff`: `tidegate origin --ignore-cutoff`); `no
-# shared salt` (each A proxy hashes caller keys to cohorts with its own salt); `naive
-# retries` (the clients retry at once, 3 attempts, no budget, whatever Retry-After says).
+# callers hold back what they cut, PIE's `callers_hold_back`; the proxies of each hop share
+# their limits, and A's their drop ratios, through the origins, `[peers]` and `tidegate
+# origin --peers`, docs/peers.md); `no peers` (the same without that exchange); `no
+# feedback` (A's origins ignore B's cut-off, `tidegate-cutoff`: `tidegate origin
+# --ignore-cutoff`); `no shared salt` (each A proxy hashes caller keys to cohorts with its
+# own salt); `naive retries` (the clients retry at once, 3 attempts, no budget, whatever
+# Retry-After says).
 #
 # Printed per arm, over the requests after the drop (from 5 s after it to the end):
 # cohort agreement (of the keys an A proxy shed in a second, among those at least two A
@@ -17,7 +20,11 @@
 # load sending to one proxy, a shed told by its `tidegate-shed` header), wasted work (A's
 # calls that failed at B or were held back, as a share of A's calls: work A's origins did
 # for nothing), attempts per request (the attempt logs), chain goodput (chains A's origins
-# completed, a second, against B's capacity), and tiers 0-1 served (the clients' whole run).
+# completed, a second, against B's capacity), tiers 0-1 served (the clients' whole run), why
+# the A proxies refused in the key-seconds that disagree (the `tidegate-shed` reasons in the
+# attempt logs) and the spread of the limits in force at A's and B's gates as the window
+# opens (for each origin, the least and the greatest over the 3 gates in front of it, from the
+# proxies' /metrics).
 #
 # Usage: docs/experiments/chain-lab.sh [--quick]   (--quick: 15 s an arm instead of 45 s)
 set -euo pipefail
@@ -36,12 +43,13 @@ bench_start chain-lab
 build_tidegate
 base=$((20000 + RANDOM % 20000))
 
-# start_proxy NAME PORT ADMIN SALT HOLD UPSTREAM...: writes a proxy's file (the cohort from
-# the caller key, hashed with SALT; HOLD: whether its callers hold back what it cuts, PIE's
-# `callers_hold_back`) and starts it.
+# start_proxy NAME PORT ADMIN SALT HOLD PEERS UPSTREAM...: writes a proxy's file (the cohort
+# from the caller key, hashed with SALT; HOLD: whether its callers hold back what it cuts,
+# PIE's `callers_hold_back`; PEERS: what it shares with the other proxies of its hop, `off`,
+# `edge` or `behind`) and starts it.
 start_proxy() {
-    local name=$1 port=$2 admin=$3 salt=$4 hold=$5
-    shift 5
+    local name=$1 port=$2 admin=$3 salt=$4 hold=$5 peers=$6
+    shift 6
     {
         echo "listen = \"127.0.0.1:$port\""
         echo "admin = \"127.0.0.1:$admin\""
@@ -56,6 +64,14 @@ start_proxy() {
         echo "wait_bound = inf"
         echo "[gate.regulator.pie]"
         echo "callers_hold_back = $hold"
+        # Where to share what (docs/peers.md): at the edge, whose gates draw the line between
+        # the users served and those shed, the limit and the drop ratio at the defaults;
+        # behind it, where the callers honour the cut-off, the limit halfway and no ratio (a
+        # ratio shared by a callee's gates moves all their cut-offs at once).
+        case $peers in
+            edge) echo "[peers]" ;;
+            behind) printf '[peers]\nlimit_weight = 0.5\nratio_weight = 0\n' ;;
+        esac
         for upstream in "$@"; do
             echo "[[upstreams]]"
             echo "url = \"http://127.0.0.1:$upstream\""
@@ -78,6 +94,22 @@ scrape() {
     curl -fsS "http://127.0.0.1:$1/metrics" | awk -v s="$2" '$1 == s { print $2; found = 1 } END { if (!found) print 0 }'
 }
 
+# limits PORT...: for each origin of a hop, the least and the greatest limit in force over
+# the gates in front of it, one in each proxy whose admin listener is on a PORT (the proxies
+# pull a gate toward the mean its own origin says, so the limits agree origin by origin).
+limits() {
+    local port spreads
+    spreads=$(for port in "$@"; do curl -fsS "http://127.0.0.1:$port/metrics"; done |
+        awk -F'[{}]' '/^tidegate_limit\{/ {
+                 g = $2; v = $3 + 0
+                 if (!(g in lo) || v < lo[g]) lo[g] = v
+                 if (!(g in hi) || v > hi[g]) hi[g] = v
+             }
+             END { for (g in lo) printf "%s %g-%g\n", g, lo[g], hi[g] }' |
+        sort | awk '{ print $2 }' | paste -sd' ')
+    echo "${spreads:-none}"
+}
+
 # calls PORT...: ok, held back and failed calls summed over A's origins.
 calls() {
     local ok=0 held=0 failed=0 port
@@ -91,31 +123,34 @@ calls() {
 
 run_arm() {
     local arm=$1 i port
-    local ignore=() retry=budget salted=0 hold=true
+    local ignore=() retry=budget salted=0 hold=true edge=edge behind=behind origin_peers=(--peers)
+    [[ $arm == "no peers" ]] && edge=off behind=off origin_peers=()
     [[ $arm == "no feedback" ]] && ignore=(--ignore-cutoff) hold=false
     [[ $arm == "naive retries" ]] && retry=naive
     [[ $arm == "no shared salt" ]] && salted=1
-    local b_origins=() b_proxies=() a_origins=() a_proxies=()
+    local b_origins=() b_proxies=() b_admins=() a_origins=() a_proxies=() a_admins=()
     pids=()
     for i in 0 1 2; do
         b_origins+=($((base + i)))
         start_origin "b-origin-$i" "${b_origins[i]}" --workers "$workers" --work "${work_ms}ms" \
-            --change "${drop}s:work=$((2 * work_ms))ms" --seed $((i + 1))
+            --change "${drop}s:work=$((2 * work_ms))ms" --seed $((i + 1)) "${origin_peers[@]}"
     done
     for i in 0 1 2; do
         b_proxies+=($((base + 10 + i)))
-        start_proxy "b-proxy-$i" "${b_proxies[i]}" $((base + 20 + i)) 0 "$hold" \
+        b_admins+=($((base + 20 + i)))
+        start_proxy "b-proxy-$i" "${b_proxies[i]}" "${b_admins[i]}" 0 "$hold" "$behind" \
             "${b_origins[@]}"
     done
     for i in 0 1 2; do
         a_origins+=($((base + 30 + i)))
         start_origin "a-origin-$i" "${a_origins[i]}" --workers 16 --work 1ms --seed $((i + 11)) \
-            --call "http://127.0.0.1:${b_proxies[i]}/" "${ignore[@]}"
+            --call "http://127.0.0.1:${b_proxies[i]}/" "${ignore[@]}" "${origin_peers[@]}"
     done
     for i in 0 1 2; do
         a_proxies+=($((base + 40 + i)))
-        start_proxy "a-proxy-$i" "${a_proxies[i]}" $((base + 50 + i)) $((salted * (i + 1))) false \
-            "${a_origins[@]}"
+        a_admins+=($((base + 50 + i)))
+        start_proxy "a-proxy-$i" "${a_proxies[i]}" "${a_admins[i]}" $((salted * (i + 1))) false \
+            "$edge" "${a_origins[@]}"
     done
     for port in "${b_origins[@]}" "${b_proxies[@]}" "${a_origins[@]}" "${a_proxies[@]}"; do
         wait_port "$port"
@@ -132,24 +167,28 @@ run_arm() {
     sleep "$measure_from"
     # The window opens halfway through the first scrape (on a busy machine it takes a while)
     # and closes when the loads have ended, their last requests answered.
-    local t0 t1
+    local t0 t1 a_limits b_limits
     t0=$(date +%s.%N)
     read -r ok0 held0 failed0 <<<"$(calls "${a_origins[@]}")"
+    a_limits=$(limits "${a_admins[@]}")
+    b_limits=$(limits "${b_admins[@]}")
     t0=$(python3 -c "print(($t0 + $(date +%s.%N)) / 2)")
     for pid in "${loads[@]}"; do wait "$pid"; done
     t1=$(date +%s.%N)
     read -r ok1 held1 failed1 <<<"$(calls "${a_origins[@]}")"
     stop_started
     python3 - "$arm" "$t0" "$t1" "$capacity_after" "$((ok1 - ok0))" "$((held1 - held0))" \
-        "$((failed1 - failed0))" "$work" <<'EOF'
+        "$((failed1 - failed0))" "$work" "$a_limits" "$b_limits" <<'EOF'
 import csv, json, sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 arm, t0, t1, capacity, ok, held, failed = sys.argv[1], *map(float, sys.argv[2:8])
-work = sys.argv[8]
+work, a_limits, b_limits = sys.argv[8:11]
 window = t1 - t0
 important = [0, 0]
 # Per second and key: the loads (each sending to one A proxy) that saw it, that shed it.
 seen, shed = defaultdict(set), defaultdict(set)
+# Per second and key, why it was shed (the `tidegate-shed` reasons).
+reasons = defaultdict(Counter)
 attempts = defaultdict(int)
 for load in range(3):
     for tier in json.load(open(f"{work}/load-{load}.json"))["tiers"]:
@@ -165,11 +204,15 @@ for load in range(3):
             seen[second].add(load)
             if row["shed"]:
                 shed[second].add(load)
+                reasons[second][row["shed"]] += 1
         # A request counts, with all its attempts, if its first attempt left in the window.
         if t0 <= first.get(row["intended_s"], 0) < t1:
             attempts[(load, row["intended_s"])] += 1
 somewhere = [k for k, s in shed.items() if len(seen[k]) >= 2]
 everywhere = sum(1 for k in somewhere if shed[k] == seen[k])
+disagreeing = sum((reasons[k] for k in somewhere if shed[k] != seen[k]), Counter())
+why = ", ".join(f"{reason} {n / max(disagreeing.total(), 1):.0%}"
+                for reason, n in disagreeing.most_common())
 calls = ok + held + failed
 goodput = ok / window
 print(f"| {arm} | {everywhere / max(len(somewhere), 1):.1%} ({everywhere} of {len(somewhere)}) | "
@@ -177,13 +220,14 @@ print(f"| {arm} | {everywhere / max(len(somewhere), 1):.1%} ({everywhere} of {le
       f"{held:.0f} held back, {failed:.0f} failed) | "
       f"{sum(attempts.values()) / max(len(attempts), 1):.2f} | "
       f"{goodput:.0f}/s ({goodput / capacity:.1%}) | "
-      f"{important[1] / max(important[0], 1):.1%} |")
+      f"{important[1] / max(important[0], 1):.1%} | {why or 'none'} | {a_limits} / {b_limits} |")
 EOF
 }
 
-echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served |"
-echo "|---|---|---|---|---|---|"
+echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | disagreeing sheds by reason | limits by origin at A / B |"
+echo "|---|---|---|---|---|---|---|---|"
 run_arm tidegate
+run_arm "no peers"
 run_arm "no feedback"
 run_arm "no shared salt"
 run_arm "naive retries"

@@ -374,6 +374,7 @@ async fn run_real(
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         call: None,
         call_feedback: true,
+        peers: None,
     })
     .await?;
     let front = match arm.kind {

@@ -24,6 +24,13 @@
 //! (`call`), and is answered 200 only if that call was: a chain of proxies and origins on
 //! loopback.
 //!
+//! With `peers`, each listener keeps a board of the `tidegate-peer` stamps of the proxies in
+//! front of it and says their means on every response (`tidegate-peers`, `docs/peers.md`), as
+//! `tidegate_tower::peers::PeerBoardLayer` does in a real service: the proxies of a hop then
+//! hold the same limit and the edge draws the same line. A board per listener, because a
+//! listener is what a proxy has a gate for: the means are over the gates in front of one
+//! instance, as at a real one.
+//!
 //! `GET /metrics` on any listener ([`METRICS_PATH`]) gives the origin's own counters; every
 //! other request is work. An instance may also hold an RSocket-style static lease (requests per
 //! window, refused beyond it), for the scenarios' `static_lease` arms.
@@ -39,6 +46,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, mpsc};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -51,6 +59,7 @@ use hyper_util::server::conn::auto;
 use tidegate_model::ConfigError;
 use tidegate_model::lease::StaticLeaseConfig;
 use tidegate_model::service::ServiceConfig;
+use tidegate_tower::peers::SharedPeerBoard;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -80,6 +89,10 @@ pub struct OriginConfig {
     /// Whether those calls honour the next hop's `tidegate-cutoff` and pass it on. Default
     /// true.
     pub call_feedback: bool,
+    /// With `Some(ttl)`, each listener keeps the proxies' `tidegate-peer` stamps for `ttl` and
+    /// says their means on its responses (`tidegate origin --peers`: the proxies' default
+    /// ttl, 1 s). Default none.
+    pub peers: Option<Duration>,
 }
 
 impl OriginConfig {
@@ -92,6 +105,7 @@ impl OriginConfig {
             listen,
             call: None,
             call_feedback: true,
+            peers: None,
         }
     }
 }
@@ -210,10 +224,17 @@ impl Origin {
             .name("tidegate-origin-model".to_owned())
             .spawn(move || driver::run(engine, receiver))
             .map_err(OriginError::Thread)?;
+        let peers = Arc::new(PeerBoards::new(config.peers, instances.len()));
         let mut listeners = JoinSet::new();
-        listeners.spawn(accept(front, None, commands.clone(), next.clone()));
+        let context = |instance| ListenerContext {
+            instance,
+            commands: commands.clone(),
+            next: next.clone(),
+            peers: peers.clone(),
+        };
+        listeners.spawn(accept(front, context(None)));
         for (i, listener) in instances.into_iter().enumerate() {
-            listeners.spawn(accept(listener, Some(i), commands.clone(), next.clone()));
+            listeners.spawn(accept(listener, context(Some(i))));
         }
         // The listeners hold the only senders left: once they are gone, the model thread ends.
         drop(commands);
@@ -231,13 +252,50 @@ fn local_addr(listener: &TcpListener) -> SocketAddr {
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
-/// Accepts connections for one listener; its connections end with it.
-async fn accept(
-    listener: TcpListener,
+/// The peer boards of the origin's listeners (`OriginConfig::peers`): the front's, then each
+/// instance's; none without.
+#[derive(Debug)]
+struct PeerBoards(Vec<SharedPeerBoard>);
+
+impl PeerBoards {
+    fn new(ttl: Option<Duration>, instances: usize) -> PeerBoards {
+        PeerBoards(match ttl {
+            Some(ttl) => (0..=instances).map(|_| SharedPeerBoard::new(ttl)).collect(),
+            None => Vec::new(),
+        })
+    }
+
+    /// The board of the front listener (`None`) or of an instance's.
+    fn of(&self, instance: Option<usize>) -> Option<&SharedPeerBoard> {
+        self.0.get(instance.map_or(0, |i| 1 + i))
+    }
+
+    /// The boards' counter for `/metrics`, when there are boards.
+    fn metrics(&self) -> Option<String> {
+        (!self.0.is_empty()).then(|| {
+            let invalid: u64 = self.0.iter().map(SharedPeerBoard::invalid).sum();
+            format!(
+                "# HELP tidegate_origin_peers_header_invalid_total Malformed tidegate-peer \
+                 stamps from the proxies in front, ignored.\n\
+                 # TYPE tidegate_origin_peers_header_invalid_total counter\n\
+                 tidegate_origin_peers_header_invalid_total {invalid}\n"
+            )
+        })
+    }
+}
+
+/// What the connections of one listener share.
+#[derive(Debug, Clone)]
+struct ListenerContext {
+    /// The instance the listener is, or `None` for the front.
     instance: Option<usize>,
     commands: mpsc::Sender<Command>,
     next: Arc<Option<NextHop>>,
-) {
+    peers: Arc<PeerBoards>,
+}
+
+/// Accepts connections for one listener; its connections end with it.
+async fn accept(listener: TcpListener, context: ListenerContext) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -249,16 +307,11 @@ async fn accept(
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let commands = commands.clone();
-                let next = next.clone();
+                let context = context.clone();
                 connections.spawn(async move {
                     let service = service_fn(move |request| {
-                        let commands = commands.clone();
-                        let next = next.clone();
-                        async move {
-                            let response = handle(request, instance, &commands, next.as_ref().as_ref()).await;
-                            Ok::<_, Infallible>(response)
-                        }
+                        let context = context.clone();
+                        async move { Ok::<_, Infallible>(context.handle(request).await) }
                     });
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), service)
@@ -306,12 +359,29 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response
 }
 
-async fn handle(
-    request: Request<Incoming>,
-    instance: Option<usize>,
-    commands: &mpsc::Sender<Command>,
-    next: Option<&NextHop>,
-) -> Response<Full<Bytes>> {
+impl ListenerContext {
+    /// A request's answer, with the means of the proxies in front when this listener keeps
+    /// them.
+    async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let board = self.peers.of(self.instance);
+        if let Some(board) = board {
+            board.receive(request.headers());
+        }
+        let mut response = answer(self, request).await;
+        if let Some(board) = board {
+            board.say_means(response.headers_mut());
+        }
+        response
+    }
+}
+
+/// A request's own answer: `/metrics`, or the work and the call to the next hop.
+async fn answer(context: &ListenerContext, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let (instance, commands, next) = (
+        context.instance,
+        &context.commands,
+        context.next.as_ref().as_ref(),
+    );
     let stopped = || text(StatusCode::SERVICE_UNAVAILABLE, "the origin is stopping\n");
     if request.uri().path() == METRICS_PATH {
         let (reply, stats) = oneshot::channel();
@@ -323,6 +393,9 @@ async fn handle(
                 let mut body = metrics::render(&stats);
                 if let Some(next) = next {
                     body.push_str(&next.metrics());
+                }
+                if let Some(peers) = context.peers.metrics() {
+                    body.push_str(&peers);
                 }
                 let mut response = text(StatusCode::OK, body);
                 response.headers_mut().insert(

@@ -11,6 +11,8 @@
     reason = "test helpers fail loudly on setup errors"
 )]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
@@ -21,12 +23,9 @@ use http_body_util::{BodyExt as _, Empty};
 use hyper_util::rt::TokioIo;
 use tidegate_core::Nanos;
 use tidegate_lab::load::{self, LoadConfig, Schedule};
-use tidegate_lab::origin::{
-    Origin, OriginConfig, parse_change, parse_delay_curve, service_from_file,
-};
+use tidegate_lab::origin::{OriginConfig, parse_change, parse_delay_curve, service_from_file};
 use tidegate_model::NonNegative;
 use tidegate_model::service::{CurveBy, PoolConfig, ServiceConfig, ServiceKind, Spread};
-use tokio::sync::oneshot;
 
 /// Late responses allowed on a busy machine.
 const SLACK: Duration = Duration::from_millis(120);
@@ -44,27 +43,8 @@ fn pool(workers: u32, work: Nanos, queue: Option<u32>) -> ServiceConfig {
     }
 }
 
-/// A running origin; stops when dropped.
-struct Running {
-    origin_addr: SocketAddr,
-    instance_addrs: Vec<SocketAddr>,
-    _stop: oneshot::Sender<()>,
-}
-
-async fn start(service: ServiceConfig) -> Running {
-    let origin = Origin::bind(OriginConfig::new(service, "127.0.0.1:0".parse().unwrap()))
-        .await
-        .expect("bind");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = Running {
-        origin_addr: origin.addr(),
-        instance_addrs: origin.instance_addrs(),
-        _stop: stop,
-    };
-    tokio::spawn(origin.run(async {
-        let _ = stopped.await;
-    }));
-    running
+async fn start(service: ServiceConfig) -> common::Running {
+    common::start(OriginConfig::new(service, "127.0.0.1:0".parse().unwrap())).await
 }
 
 /// One GET on its own connection: status, body and how long it took.
@@ -127,7 +107,7 @@ fn assert_between(d: Duration, low: Duration, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_serves_in_waves_of_its_workers() {
     let origin = start(pool(4, Nanos::from_millis(150), None)).await;
-    let addr = origin.origin_addr;
+    let addr = origin.addr;
     let requests: Vec<_> = (0..12)
         .map(|_| tokio::spawn(async move { get(addr, "/work").await }))
         .collect();
@@ -153,7 +133,7 @@ async fn a_pool_serves_in_waves_of_its_workers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_internal_queue_refuses_with_503_at_once() {
     let origin = start(pool(1, Nanos::from_millis(300), Some(2))).await;
-    let addr = origin.origin_addr;
+    let addr = origin.addr;
     let requests: Vec<_> = (0..3)
         .map(|_| tokio::spawn(async move { get(addr, "/").await }))
         .collect();
@@ -183,7 +163,7 @@ async fn a_full_internal_queue_refuses_with_503_at_once() {
 async fn the_goodput_of_an_overloaded_pool_is_its_capacity() {
     // 5 workers at 50 ms: 100 rps at best; 150 rps offered, a queue of 5 refuses the rest.
     let origin = start(pool(5, Nanos::from_millis(50), Some(5))).await;
-    let url = format!("http://{}/", origin.origin_addr).parse().unwrap();
+    let url = format!("http://{}/", origin.addr).parse().unwrap();
     let mut config = LoadConfig::new(url, Schedule::constant(150.0, Nanos::from_secs(2)).unwrap());
     config.timeout = Nanos::from_secs(1);
     let report = load::run(config, std::future::pending()).await.unwrap();
@@ -214,7 +194,7 @@ async fn the_delay_curve_sets_each_latency_by_the_requests_in_its_window() {
     let origin = start(service).await;
     let mut latencies = Vec::new();
     for _ in 0..4 {
-        latencies.push(get(origin.origin_addr, "/").await.2);
+        latencies.push(get(origin.addr, "/").await.2);
     }
     // The 1st, 2nd, 3rd and 4th requests of the window: on the curve, then beyond its end.
     for (took, expected) in latencies.into_iter().zip([20, 60, 100, 1000]) {
@@ -227,7 +207,7 @@ async fn a_capacity_change_slows_the_work_started_after_it() {
     let mut service = pool(1, Nanos::from_millis(30), None);
     service.changes = vec![parse_change("400ms:work=200ms,workers=2").unwrap()];
     let origin = start(service).await;
-    let addr = origin.origin_addr;
+    let addr = origin.addr;
     let (_, _, before) = get(addr, "/").await;
     assert_between(before, Duration::from_millis(30), "before the change");
     let work = "tidegate_origin_work_seconds{instance=\"0\"}";
@@ -243,7 +223,7 @@ async fn a_capacity_change_slows_the_work_started_after_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_goes_on_after_the_client_hangs_up() {
     let origin = start(pool(1, Nanos::from_millis(300), None)).await;
-    let addr = origin.origin_addr;
+    let addr = origin.addr;
     let gave_up = tokio::time::timeout(Duration::from_millis(50), get(addr, "/")).await;
     assert!(gave_up.is_err(), "the client gave up");
     // The worker is still busy with the abandoned request: the next one waits for it.
@@ -267,14 +247,14 @@ async fn each_instance_has_its_own_listener_and_the_front_spreads_in_turn() {
     service.instances = NonZeroU32::new(3);
     service.jitter = NonNegative::new(0.0);
     let origin = start(service).await;
-    assert_eq!(origin.instance_addrs.len(), 3);
-    let (status, _, _) = get(origin.instance_addrs[2], "/").await;
+    assert_eq!(origin.instances.len(), 3);
+    let (status, _, _) = get(origin.instances[2], "/").await;
     assert_eq!(status, StatusCode::OK);
     for _ in 0..3 {
-        get(origin.origin_addr, "/").await;
+        get(origin.addr, "/").await;
     }
     let arrived = |i: usize| format!("tidegate_origin_arrived_total{{instance=\"{i}\"}}");
-    let addr = origin.origin_addr;
+    let addr = origin.addr;
     assert_eq!(metric(addr, &arrived(0)).await, 1.0);
     assert_eq!(metric(addr, &arrived(1)).await, 1.0);
     assert_eq!(metric(addr, &arrived(2)).await, 2.0);

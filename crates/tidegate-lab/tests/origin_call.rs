@@ -8,6 +8,8 @@
     reason = "test helpers fail loudly on setup errors"
 )]
 
+mod common;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -15,14 +17,13 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt as _, Empty, Full};
+use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tidegate_core::Nanos;
-use tidegate_lab::origin::{Origin, OriginConfig};
+use tidegate_lab::origin::OriginConfig;
 use tidegate_model::service::{PoolConfig, ServiceConfig, Spread};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
 /// A next hop that cuts past rank 128 (tiers 0 and 1, cohort 0): it refuses what ranks
 /// below and says so in `tidegate-cutoff`; it records the priority of every request.
@@ -67,37 +68,13 @@ async fn next_hop() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
 
 /// One GET with a priority: status, the `tidegate-cutoff` of the response, and the body.
 async fn get(addr: SocketAddr, path: &str, priority: &str) -> (StatusCode, Option<String>, String) {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let mut request = Request::get(path).header("host", addr.to_string());
-    if !priority.is_empty() {
-        request = request.header("tidegate-priority", priority);
-    }
-    let response = sender
-        .send_request(request.body(Empty::<Bytes>::new()).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let cutoff = response
-        .headers()
-        .get("tidegate-cutoff")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    (status, cutoff, String::from_utf8_lossy(&body).into_owned())
-}
-
-/// Starts an origin; it stops when the sender is dropped.
-async fn start(config: OriginConfig) -> (SocketAddr, oneshot::Sender<()>) {
-    let origin = Origin::bind(config).await.unwrap();
-    let addr = origin.addr();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(origin.run(async {
-        let _ = stopped.await;
-    }));
-    (addr, stop)
+    common::get(
+        addr,
+        path,
+        ("tidegate-priority", priority),
+        "tidegate-cutoff",
+    )
+    .await
 }
 
 /// An origin calling `hop` at `/b`, feedback on or off.
@@ -120,7 +97,8 @@ async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff()
         },
         ..ServiceConfig::default()
     };
-    let (addr, _stop) = start(calling(hop, service, true)).await;
+    let origin = common::start(calling(hop, service, true)).await;
+    let addr = origin.addr;
 
     // Admitted at the next hop: 200, and the priority travelled.
     let (status, cutoff, _) = get(addr, "/a", "0/5").await;
@@ -153,7 +131,8 @@ async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_feedback_everything_is_sent_and_nothing_passed_on() {
     let (hop, seen) = next_hop().await;
-    let (addr, _stop) = start(calling(hop, ServiceConfig::default(), false)).await;
+    let origin = common::start(calling(hop, ServiceConfig::default(), false)).await;
+    let addr = origin.addr;
     for _ in 0..2 {
         let (status, cutoff, body) = get(addr, "/a", "2/0").await;
         assert_eq!((status, cutoff), (StatusCode::BAD_GATEWAY, None), "{body}");
@@ -167,7 +146,8 @@ async fn a_next_hop_that_is_not_there_fails_the_chain() {
     let gone = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gone_addr = gone.local_addr().unwrap();
     drop(gone);
-    let (addr, _stop) = start(calling(gone_addr, ServiceConfig::default(), true)).await;
+    let origin = common::start(calling(gone_addr, ServiceConfig::default(), true)).await;
+    let addr = origin.addr;
     let (status, cutoff, body) = get(addr, "/", "").await;
     assert_eq!((status, cutoff), (StatusCode::BAD_GATEWAY, None), "{body}");
     assert!(body.contains("no response"), "{body}");

@@ -64,7 +64,8 @@ pub struct Config {
     /// forwards (`tidegate-peer`) and holds its limit and ratio toward the means its
     /// upstream's instances say back (`tidegate-peers`), so that proxies in front of the
     /// same instances hold the same room and draw the same line (`docs/peers.md`). The
-    /// instances need `tidegate_tower::peers::PeerBoardLayer`. Off unless set.
+    /// instances need `tidegate_tower::peers::PeerBoardLayer` (the lab's origin:
+    /// `tidegate origin --peers`). Off unless set.
     pub peers: Option<tidegate_core::peers::PeerConfig>,
 }
 

@@ -6,7 +6,9 @@
 //! [`PeerBoardLayer`] keeps the latest `tidegate-peer` stamp of each proxy from the requests
 //! it receives, for a `ttl`, and adds `tidegate-peers` (their mean limit and drop ratio) to
 //! every response. A proxy that hears it holds its limit toward the mean. Malformed stamps are
-//! ignored and counted ([`PeerBoardLayer::invalid`]).
+//! ignored and counted ([`PeerBoardLayer::invalid`]). A server that is not a tower service
+//! (the lab's `tidegate origin --peers`) keeps a [`SharedPeerBoard`] itself, the board the
+//! layer keeps.
 
 use std::fmt;
 use std::future::Future;
@@ -15,35 +17,80 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use http::{HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use tidegate_core::peers::{MEAN_HEADER, PeerBoard, STAMP_HEADER};
 use tidegate_core::{Nanos, Time};
 use tokio::time::Instant;
 use tower::Layer;
 
+/// An instance's [`PeerBoard`] on tokio's clock, shared by every request it serves: takes in
+/// the stamps of the requests' headers and says the means in the responses'.
+#[derive(Clone, Debug)]
+pub struct SharedPeerBoard {
+    board: Arc<Mutex<PeerBoard>>,
+    epoch: Instant,
+}
+
+impl SharedPeerBoard {
+    /// Keeps each proxy's stamp for `ttl` (`tidegate_core::peers::PeerConfig::ttl`, 1 s).
+    pub fn new(ttl: Duration) -> SharedPeerBoard {
+        SharedPeerBoard {
+            board: Arc::new(Mutex::new(PeerBoard::new(Nanos::from(ttl)))),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Takes in the `tidegate-peer` stamp of a request's headers, if it has one; a malformed
+    /// one is ignored and counted.
+    pub fn receive(&self, headers: &HeaderMap) {
+        if let Some(value) = headers.get(STAMP_HEADER) {
+            let now = self.now();
+            self.board().receive(now, Some(value.as_bytes()));
+        }
+    }
+
+    /// Puts `tidegate-peers`, the means of the stamps in force, in a response's headers, when
+    /// there are any.
+    pub fn say_means(&self, headers: &mut HeaderMap) {
+        let now = self.now();
+        let mean = self.board().mean(now);
+        if let Some(value) = mean.and_then(|m| HeaderValue::from_str(&m.to_string()).ok()) {
+            headers.insert(MEAN_HEADER, value);
+        }
+    }
+
+    /// Malformed `tidegate-peer` stamps ignored so far.
+    pub fn invalid(&self) -> u64 {
+        self.board().invalid()
+    }
+
+    fn now(&self) -> Time {
+        Time::ZERO + Nanos::from(self.epoch.elapsed())
+    }
+
+    fn board(&self) -> std::sync::MutexGuard<'_, PeerBoard> {
+        self.board.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Keeps the proxies' stamps and says their means on every response of the wrapped service.
 #[derive(Clone, Debug)]
 pub struct PeerBoardLayer {
-    board: Arc<Mutex<PeerBoard>>,
-    epoch: Instant,
+    board: SharedPeerBoard,
 }
 
 impl PeerBoardLayer {
     /// Keeps each proxy's stamp for `ttl` (`tidegate_core::peers::PeerConfig::ttl`, 1 s).
     pub fn new(ttl: Duration) -> PeerBoardLayer {
         PeerBoardLayer {
-            board: Arc::new(Mutex::new(PeerBoard::new(Nanos::from(ttl)))),
-            epoch: Instant::now(),
+            board: SharedPeerBoard::new(ttl),
         }
     }
 
     /// Malformed `tidegate-peer` stamps ignored so far.
     pub fn invalid(&self) -> u64 {
-        self.board
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .invalid()
+        self.board.invalid()
     }
 }
 
@@ -53,7 +100,7 @@ impl<S> Layer<S> for PeerBoardLayer {
     fn layer(&self, inner: S) -> PeerBoarding<S> {
         PeerBoarding {
             inner,
-            layer: self.clone(),
+            board: self.board.clone(),
         }
     }
 }
@@ -62,13 +109,7 @@ impl<S> Layer<S> for PeerBoardLayer {
 #[derive(Clone, Debug)]
 pub struct PeerBoarding<S> {
     inner: S,
-    layer: PeerBoardLayer,
-}
-
-impl PeerBoardLayer {
-    fn now(&self) -> Time {
-        Time::ZERO + Nanos::from(self.epoch.elapsed())
-    }
+    board: SharedPeerBoard,
 }
 
 impl<S, B, ResB> tower::Service<Request<B>> for PeerBoarding<S>
@@ -84,17 +125,10 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        if let Some(value) = request.headers().get(STAMP_HEADER) {
-            let now = self.layer.now();
-            self.layer
-                .board
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .receive(now, Some(value.as_bytes()));
-        }
+        self.board.receive(request.headers());
         PeerBoardingFuture {
             inner: self.inner.call(request),
-            layer: self.layer.clone(),
+            board: self.board.clone(),
         }
     }
 }
@@ -104,7 +138,7 @@ pin_project! {
     pub struct PeerBoardingFuture<F> {
         #[pin]
         inner: F,
-        layer: PeerBoardLayer,
+        board: SharedPeerBoard,
     }
 }
 
@@ -123,16 +157,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut response = ready!(this.inner.poll(cx))?;
-        let now = this.layer.now();
-        let mean = this
-            .layer
-            .board
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .mean(now);
-        if let Some(value) = mean.and_then(|m| HeaderValue::from_str(&m.to_string()).ok()) {
-            response.headers_mut().insert(MEAN_HEADER, value);
-        }
+        this.board.say_means(response.headers_mut());
         Poll::Ready(Ok(response))
     }
 }

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory as _};
 use tidegate_core::Nanos;
+use tidegate_core::peers::PeerConfig;
 use tidegate_lab::origin::{
     METRICS_PATH, Origin, OriginConfig, parse_change, parse_delay_curve, service_from_file,
 };
@@ -106,6 +107,15 @@ pub(crate) struct OriginArgs {
     /// on), for a chain without the feedback to compare with.
     #[arg(long, requires = "call")]
     ignore_cutoff: bool,
+    /// Keep the stamps of the proxies in front (tidegate-peer) and say their means on every
+    /// response (tidegate-peers), so that they hold the same limit and drop ratio
+    /// (docs/peers.md).
+    ///
+    /// A board per listener, each stamp kept 1 s (the proxies' default [peers] ttl).
+    /// Malformed stamps are ignored and counted in /metrics
+    /// (tidegate_origin_peers_header_invalid_total).
+    #[arg(long)]
+    peers: bool,
 }
 
 fn parse_call(s: &str) -> Result<http::Uri, String> {
@@ -308,6 +318,7 @@ pub(crate) fn origin(args: OriginArgs) -> anyhow::Result<()> {
         listen: args.listen,
         call: args.call.clone(),
         call_feedback: !args.ignore_cutoff,
+        peers: args.peers.then(|| PeerConfig::default().ttl.into()),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
