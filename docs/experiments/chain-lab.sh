@@ -41,7 +41,10 @@ workers=2 work_ms=10 rate_per_client=300 capacity_after=300
 
 bench_start chain-lab
 build_tidegate
-base=$((20000 + RANDOM % 20000))
+# The 53 ports of an arm (base to base + 52) stay below Linux's ephemeral range (32768-60999,
+# /proc/sys/net/ipv4/ip_local_port_range), from which the processes' own outgoing connections
+# take their local ports: a listener whose port one of them held failed to start.
+base=$((20000 + RANDOM % 12000))
 
 # start_proxy NAME PORT ADMIN SALT HOLD PEERS UPSTREAM...: writes a proxy's file (the cohort
 # from the caller key, hashed with SALT; HOLD: whether its callers hold back what it cuts,
