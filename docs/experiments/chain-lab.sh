@@ -24,7 +24,10 @@
 # the A proxies refused in the key-seconds that disagree (the `tidegate-shed` reasons in the
 # attempt logs) and the spread of the limits in force at A's and B's gates as the window
 # opens (for each origin, the least and the greatest over the 3 gates in front of it, from the
-# proxies' /metrics).
+# proxies' /metrics), and what A's gates did in the window (sampled from their /metrics every
+# 150 ms: the median drop ratio of their regulators, PIE's `p`, the median queue and the
+# median wait of its oldest entry, and the requests a gate expired and its regulator turned
+# away, a second).
 #
 # Usage: docs/experiments/chain-lab.sh [--quick]   (--quick: 15 s an arm instead of 45 s)
 set -euo pipefail
@@ -41,7 +44,10 @@ workers=2 work_ms=10 rate_per_client=300 capacity_after=300
 
 bench_start chain-lab
 build_tidegate
-base=$((20000 + RANDOM % 20000))
+# The 53 ports of an arm (base to base + 52) stay below Linux's ephemeral range (32768-60999,
+# /proc/sys/net/ipv4/ip_local_port_range), from which the processes' own outgoing connections
+# take their local ports: a listener whose port one of them held failed to start.
+base=$((20000 + RANDOM % 12000))
 
 # start_proxy NAME PORT ADMIN SALT HOLD PEERS UPSTREAM...: writes a proxy's file (the cohort
 # from the caller key, hashed with SALT; HOLD: whether its callers hold back what it cuts,
@@ -110,6 +116,23 @@ limits() {
     echo "${spreads:-none}"
 }
 
+# sample_gates FILE PORT...: every 150 ms until killed, appends to FILE what the gates of the
+# proxies whose admin listeners are on the PORTs say of their regulators, queues and refusals,
+# each line "unix-time port series value" (a busy machine answers at its own pace).
+sample_gates() {
+    local file=$1 port now
+    shift
+    while :; do
+        now=$(date +%s.%N)
+        for port in "$@"; do
+            curl -fsS --max-time 1 "http://127.0.0.1:$port/metrics" 2>/dev/null |
+                grep -E '^tidegate_(reject_ratio|queue_length|queue_oldest_wait_seconds)\{|^tidegate_requests_total\{.*outcome="(expired|rejected_regulator)"' |
+                sed "s/^/$now $port /" || true
+        done >>"$file"
+        sleep 0.15
+    done
+}
+
 # calls PORT...: ok, held back and failed calls summed over A's origins.
 calls() {
     local ok=0 held=0 failed=0 port
@@ -155,6 +178,8 @@ run_arm() {
     for port in "${b_origins[@]}" "${b_proxies[@]}" "${a_origins[@]}" "${a_proxies[@]}"; do
         wait_port "$port"
     done
+    sample_gates "$work/gates.txt" "${a_admins[@]}" &
+    pids+=($!)
     local loads=()
     for i in 0 1 2; do
         "$tidegate" load "http://127.0.0.1:${a_proxies[$i]}/" --rate "$rate_per_client" \
@@ -179,11 +204,35 @@ run_arm() {
     stop_started
     python3 - "$arm" "$t0" "$t1" "$capacity_after" "$((ok1 - ok0))" "$((held1 - held0))" \
         "$((failed1 - failed0))" "$work" "$a_limits" "$b_limits" <<'EOF'
-import csv, json, sys
+import csv, json, re, statistics, sys
 from collections import Counter, defaultdict
 arm, t0, t1, capacity, ok, held, failed = sys.argv[1], *map(float, sys.argv[2:8])
 work, a_limits, b_limits = sys.argv[8:11]
 window = t1 - t0
+# A's gates in the window: the gauges' samples, and each gate's refusal counters (summed over
+# tiers) at its first and last sample.
+gauges = defaultdict(list)
+counted = defaultdict(lambda: defaultdict(float))
+for line in open(f"{work}/gates.txt"):
+    at, port, series, value = line.split()
+    if not t0 <= float(at) < t1:
+        continue
+    name = series.split("{")[0]
+    gate = (port, re.search(r'gate="([^"]*)"', series).group(1))
+    if name == "tidegate_requests_total":
+        outcome = re.search(r'outcome="([^"]*)"', series).group(1)
+        counted[(gate, outcome)][float(at)] += float(value)
+    else:
+        gauges[name].append(float(value))
+def per_gate_second(outcome):
+    rates = [(c[max(c)] - c[min(c)]) / (max(c) - min(c))
+             for (gate, o), c in counted.items() if o == outcome and max(c) > min(c)]
+    return statistics.fmean(rates) if rates else 0.0
+def median(name, scale=1.0):
+    return statistics.median(gauges[name]) * scale if gauges[name] else 0.0
+gates = (f"p {median('tidegate_reject_ratio'):.2f}, queue {median('tidegate_queue_length'):.0f}, "
+         f"oldest {median('tidegate_queue_oldest_wait_seconds', 1000):.0f} ms; "
+         f"{per_gate_second('expired'):.0f} expired / {per_gate_second('rejected_regulator'):.0f} regulator")
 important = [0, 0]
 # Per second and key: the loads (each sending to one A proxy) that saw it, that shed it.
 seen, shed = defaultdict(set), defaultdict(set)
@@ -220,12 +269,12 @@ print(f"| {arm} | {everywhere / max(len(somewhere), 1):.1%} ({everywhere} of {le
       f"{held:.0f} held back, {failed:.0f} failed) | "
       f"{sum(attempts.values()) / max(len(attempts), 1):.2f} | "
       f"{goodput:.0f}/s ({goodput / capacity:.1%}) | "
-      f"{important[1] / max(important[0], 1):.1%} | {why or 'none'} | {a_limits} / {b_limits} |")
+      f"{important[1] / max(important[0], 1):.1%} | {why or 'none'} | {a_limits} / {b_limits} | {gates} |")
 EOF
 }
 
-echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | disagreeing sheds by reason | limits by origin at A / B |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | disagreeing sheds by reason | limits by origin at A / B | A's gates: medians; a gate-second |"
+echo "|---|---|---|---|---|---|---|---|---|"
 run_arm tidegate
 run_arm "no peers"
 run_arm "no feedback"
