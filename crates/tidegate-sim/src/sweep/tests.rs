@@ -342,23 +342,11 @@ fn a_miss_the_oracle_shares_is_marked_and_counted() {
         settle_w: Some(10.0),
         unsettled: false,
     };
-    // The same case twice: once the oracle meets the goodput target the default misses,
-    // once it misses it as well.
+    // The same case twice: once the oracle (its grid of one point) meets the goodput target
+    // the default misses, once it misses it as well.
     let result = |oracle_goodput: f64| {
-        let arms = vec![ran(DEFAULT, 0.9), ran(ORACLE, oracle_goodput)];
-        let oracle = arms[1].clone();
-        let misses = arms
-            .iter()
-            .map(|a| (a.arm.clone(), targets(&case, a, Some(&oracle))))
-            .filter(|(_, m)| !m.is_empty())
-            .collect();
-        CaseResult {
-            name: case.name(),
-            case: case.clone(),
-            arms,
-            oracle_point: Some("oracle 2 q=none".to_owned()),
-            misses,
-        }
+        let runs = vec![ran(DEFAULT, 0.9), ran("oracle 2 q=none", oracle_goodput)];
+        assemble(&case, &[DEFAULT, ORACLE], runs)
     };
     let report = render::misses(&[result(0.99), result(0.93)], DEFAULT, usize::MAX);
     assert!(report.contains("- goodput: 2 (1)"), "{report}");
