@@ -421,22 +421,24 @@ fn before_the_baseline_a_window_waits_for_the_requests_still_running() {
     assert!(a.srtt.is_some(), "still open");
 }
 
+/// Feeds 20 answers of `rtt` over the 500 ms after `start`, each admitted with `inflight`
+/// in flight (whatever the limit); returns the time of the last.
+fn feed(a: &mut Autotune, start: Time, rtt: Nanos, inflight: u32) -> Time {
+    let mut now = start;
+    for i in 1..=20 {
+        now = start + Nanos::from_millis(25 * i);
+        a.on_sample(&Sample {
+            now,
+            rtt,
+            inflight,
+            outcome: Outcome::Success,
+        });
+    }
+    now
+}
+
 #[test]
 fn a_window_of_short_answers_while_longer_requests_run_leaves_the_baseline() {
-    // 20 answers in 500 ms, each admitted with `inflight` in flight.
-    let feed = |a: &mut Autotune, start: Time, rtt: Nanos, inflight: u32| {
-        let mut now = start;
-        for i in 1..=20 {
-            now = start + Nanos::from_millis(25 * i);
-            a.on_sample(&Sample {
-                now,
-                rtt,
-                inflight,
-                outcome: Outcome::Success,
-            });
-        }
-        now
-    };
     // A cache in front of a slow store, starting: the answers are the fast ones (20 ms),
     // but 10 requests stay in flight where 20 ms answers at 40 a second keep 1.8 (by
     // Little's law, with the request itself): the slow ones still run. No window of
@@ -472,6 +474,33 @@ fn a_window_of_short_answers_while_longer_requests_run_leaves_the_baseline() {
         "{:?}",
         faster.base
     );
+}
+
+#[test]
+fn a_smoothed_rtt_seeded_by_a_censored_window_is_no_anchor() {
+    // A cache in front of a slow store, its baseline set by the slow answers (200 ms),
+    // each feed one window.
+    let mut a = past_slow_start(20);
+    let mut now = Time::ZERO;
+    for _ in 0..3 {
+        now = feed(&mut a, now, Nanos::from_millis(200), 9);
+    }
+    assert!(a.base.is_some_and(|b| (b.value - 0.2).abs() < 0.01));
+    // After a change of the limit the smoothing restarts, on a window that by chance held
+    // only fast answers while the slow ones still ran (censored by Little's law). What
+    // re-anchors now (a trial judged elastic, two futile shrinks, the covariance check)
+    // must not anchor on those 20 ms: the next window that is not censored does.
+    a.fresh = true;
+    now = feed(&mut a, now, Nanos::from_millis(20), 9);
+    assert!(a.srtt.is_some_and(|srtt| srtt < 0.03), "{:?}", a.srtt);
+    a.anchor();
+    assert!(a.base.is_none(), "{:?}", a.base);
+    feed(&mut a, now, Nanos::from_millis(200), 9);
+    let base = a
+        .base
+        .map(|b| b.value)
+        .expect("anchored by the next window");
+    assert!((base - 0.2).abs() < 0.01, "{base}");
 }
 
 #[test]
