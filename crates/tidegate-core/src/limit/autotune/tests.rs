@@ -1,3 +1,4 @@
+use super::trial::FIRST_RETRY_DOUBLINGS;
 use super::*;
 use crate::limit::testkit::{Load, Service, run};
 
