@@ -39,7 +39,8 @@
 //! first rank a request by the priority the first computed; otherwise by the default
 //! priority), `feedback` (the `tidegate-cutoff` header: callers drop what the callee refuses),
 //! `peers` (the `tidegate-peer` header: a hop's proxies hold their limits toward each other's,
-//! the edge's their drop ratios too),
+//! the edge's their drop ratios too), `hint_holds_for_chain` (off by default: the hint the
+//! edge admitted a chain under holds for every call of the chain, not the later ones),
 //! `client_throttle` (the clients' adaptive throttle) and `retry` (the clients' retries).
 
 mod engine;
@@ -135,6 +136,14 @@ pub struct FleetArm {
     /// Default true.
     #[serde(default = "yes")]
     pub peers: bool,
+    /// With `feedback`: the edge proxy stamps each request it admits with the cut-off hint
+    /// it held for the hops behind (or none), the stamp travels with the priority, and no
+    /// later caller or proxy drops a call of that chain on a hint that the stamp admits:
+    /// the hints hold back new chains, and the callee's own gate decides about the started
+    /// ones. Not in the proxy or the tower layers (it needs the stamp in
+    /// `tidegate-priority`). Default false.
+    #[serde(default)]
+    pub hint_holds_for_chain: bool,
     /// The clients throttle adaptively (Google SRE, K = 2). Default false.
     #[serde(default)]
     pub client_throttle: bool,

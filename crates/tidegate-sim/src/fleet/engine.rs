@@ -137,10 +137,22 @@ struct Call {
     admitted: bool,
     /// When the first hop admitted the chain, counted for wasted work.
     measured_edge: bool,
+    /// With the arm's `hint_holds_for_chain`, once the edge proxy has admitted the chain:
+    /// the hint it held then (`None` inside: it held none), carried with the priority.
+    stamp: Option<Option<u16>>,
     issued: u32,
     pending: u32,
     /// The first of its calls to the next hop that failed.
     failure: Option<Failure>,
+}
+
+impl Call {
+    /// Whether a call of this chain ranked `priority` is sent whatever the hints: the edge
+    /// admitted its chain under a hint (or none) that admits it (`hint_holds_for_chain`).
+    fn spared(&self, priority: Priority) -> bool {
+        self.stamp
+            .is_some_and(|under| under.is_none_or(|rank| priority.rank() <= rank))
+    }
 }
 
 #[derive(Debug)]
@@ -519,6 +531,10 @@ impl<'a> Engine<'a> {
 
     /// A call to `hop`, sent now: through the hop's balancer to one of its proxies.
     fn call(&mut self, hop: u16, parent: Parent, carried: Option<Priority>, user: u32, tier: u8) {
+        let stamp = match parent {
+            Parent::Call(parent) => self.calls[parent].stamp,
+            Parent::Attempt(_) => None,
+        };
         let h = &mut self.hops[usize::from(hop)];
         let proxies = &h.proxies;
         let proxy =
@@ -538,6 +554,7 @@ impl<'a> Engine<'a> {
             permit: None,
             admitted: false,
             measured_edge: false,
+            stamp,
             issued: 0,
             pending: 0,
             failure: None,
@@ -557,10 +574,17 @@ impl<'a> Engine<'a> {
             c.carried.unwrap_or_default()
         };
         self.calls[call].priority = priority;
-        if self.arm.feedback && p.feedback.refuses(now, priority) {
+        if self.arm.feedback
+            && !self.calls[call].spared(priority)
+            && p.feedback.refuses(now, priority)
+        {
             self.result.hint_cuts += 1;
             self.refuse(call, Refusal::Hint);
             return;
+        }
+        if hop == 0 && self.arm.feedback && self.arm.hint_holds_for_chain {
+            // The hint the edge admits it under, which the chain's calls carry.
+            self.calls[call].stamp = Some(p.feedback.hint(now).map(|hint| hint.rank));
         }
         match p.gate.as_mut().map(|gate| gate.arrive(now, priority)) {
             None => self.dispatch(call),
@@ -731,8 +755,9 @@ impl<'a> Engine<'a> {
         let carried = self.arm.priority_travels.then_some(c.priority);
         let (hop, user, tier, instance) = (c.hop, c.user, c.tier, c.instance);
         let sent = carried.unwrap_or_default();
+        let spared = self.calls[parent].spared(sent);
         let i = &self.hops[usize::from(hop)].instances[instance as usize];
-        if self.arm.feedback && i.feedback.refuses(now, sent) {
+        if self.arm.feedback && !spared && i.feedback.refuses(now, sent) {
             // The caller's outbound layer drops it: the next hop would refuse it.
             self.result.hint_cuts += 1;
             self.result.shed[usize::from(hop) + 1] += 1;
