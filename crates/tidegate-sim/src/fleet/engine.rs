@@ -912,7 +912,8 @@ impl<'a> Engine<'a> {
     }
 
     /// The proxy's answer goes back to the caller, with the proxy's cut-off: the deeper of
-    /// its gate's and the one its instances report for the hops behind it. `refused`: the
+    /// its gate's (with the arm's `hint_starving`, also holding back the ranks its queue
+    /// starves) and the one its instances report for the hops behind it. `refused`: the
     /// proxy turned the call away itself.
     fn respond(&mut self, call: Id, failure: Option<Failure>, refused: bool) {
         let now = self.now;
