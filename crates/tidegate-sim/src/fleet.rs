@@ -39,7 +39,11 @@
 //! first rank a request by the priority the first computed; otherwise by the default
 //! priority), `feedback` (the `tidegate-cutoff` header: callers drop what the callee refuses),
 //! `peers` (the `tidegate-peer` header: a hop's proxies hold their limits toward each other's,
-//! the edge's their drop ratios too),
+//! the edge's their drop ratios too), `hint_holds_for_chain` (off by default: the hint the
+//! edge admitted a chain under holds for every call of the chain, not the later ones),
+//! `hint_reopens` (off by default: the edge's hint loosens by at most so many ranks a
+//! second), `hint_starving` (off by default: a gate's header also holds back the ranks
+//! waiting in its queue that long),
 //! `client_throttle` (the clients' adaptive throttle) and `retry` (the clients' retries).
 
 mod engine;
@@ -135,6 +139,28 @@ pub struct FleetArm {
     /// Default true.
     #[serde(default = "yes")]
     pub peers: bool,
+    /// With `feedback`: the edge proxy stamps each request it admits with the cut-off hint
+    /// it held for the hops behind (or none), the stamp travels with the priority, and no
+    /// later caller or proxy drops a call of that chain on a hint that the stamp admits:
+    /// the hints hold back new chains, and the callee's own gate decides about the started
+    /// ones. Not in the proxy or the tower layers (it needs the stamp in
+    /// `tidegate-priority`). Default false.
+    #[serde(default)]
+    pub hint_holds_for_chain: bool,
+    /// With `feedback`: when an edge proxy's hint for the hops behind loosens (a deeper one
+    /// lapsed, or a looser one came), the rank it admits up to rises toward it by at most
+    /// this many ranks a second. The callees' cut-offs relax as their queues empty; edge
+    /// proxies that sent the whole band again at once sent a surge that deepened them
+    /// again, past chains just admitted. Not in the proxy. Default none (the hint at once).
+    #[serde(default)]
+    pub hint_reopens: Option<NonNegative>,
+    /// With `feedback`: a cutting gate's header also holds back every rank from the most
+    /// important one with a call waiting in its queue this long. A priority queue that
+    /// never empties starves its least important admitted rank, whose calls expire at the
+    /// queue's timeout after the header said they were admitted. Not in the proxy. Default
+    /// none.
+    #[serde(default)]
+    pub hint_starving: Option<Nanos>,
     /// The clients throttle adaptively (Google SRE, K = 2). Default false.
     #[serde(default)]
     pub client_throttle: bool,

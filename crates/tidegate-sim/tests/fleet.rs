@@ -119,3 +119,25 @@ fn the_feedback_header_saves_the_work_of_a_chain() {
     let refused_at_c = c[Refusal::Rejected(RejectReason::Regulator).index()];
     assert!(2 * refused_at_c > without.wasted, "{:?}", without.wasted_by);
 }
+
+/// The same fixed edge with the three changes the proxy does not have yet (the hint a chain
+/// was admitted under holds for all its calls, the edge's hint loosens at 60 ranks a second,
+/// a gate's header holds back the ranks waiting half the queue's timeout): 1.0% wasted
+/// against 12.1% (docs/experiments/README.md, "Fleets and call chains"), every wasted chain
+/// expired in C's queues, none dropped on a hint.
+#[test]
+fn held_reopening_and_starving_hints_keep_the_work_of_a_chain() {
+    let scenario = shortened("chain-fixed-edge.toml");
+    let with = arm(&scenario, "tidegate");
+    let held = arm(&scenario, "held, reopening, starving");
+    assert_accounted(&held);
+    assert!(held.wasted_share().is_some_and(|w| w < 0.02), "{held:?}");
+    assert!(with.wasted_share().is_some_and(|w| w > 0.08), "{with:?}");
+    assert!(held.goodput_share() > 0.95, "{held:?}");
+    let on_hints: u64 = held
+        .wasted_by
+        .iter()
+        .map(|by| by[Refusal::Withheld.index()] + by[Refusal::Hint.index()])
+        .sum();
+    assert_eq!(on_hints, 0, "{:?}", held.wasted_by);
+}

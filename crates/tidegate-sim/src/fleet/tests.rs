@@ -127,3 +127,63 @@ fn with_only_the_last_hop_cutting_feedback_keeps_the_waste_small() {
     assert!(wasted(&feedback) < 0.08, "{feedback:?}");
     assert!(feedback.goodput_share() > 0.85, "{feedback:?}");
 }
+
+#[test]
+fn a_chain_admitted_under_a_hint_is_not_dropped_on_a_later_one() {
+    // The first hop's instances call the next hop twice, one call after the other: the
+    // answer to the first brings a hint deeper than the one the edge admitted the chain
+    // under, and the second call was dropped on it, the first call's work wasted. With the
+    // edge's hint carried along the chain, no call of it is dropped on a hint: what fails
+    // later fails at the callee's own gate.
+    let mut scenario = fixed_edge();
+    let mut holds = scenario.arms[0].clone();
+    holds.name = "hint holds for the chain".to_owned();
+    holds.hint_holds_for_chain = true;
+    scenario.arms.push(holds);
+    let on_hints = |r: &ArmResult| {
+        r.wasted_by[1..]
+            .iter()
+            .map(|by| by[Refusal::Withheld.index()] + by[Refusal::Hint.index()])
+            .sum::<u64>()
+    };
+    let latest = run(&scenario, &scenario.arms[0], 1);
+    let held = run(&scenario, &scenario.arms[3], 1);
+    assert!(on_hints(&latest) > 0, "{latest:?}");
+    assert_eq!(on_hints(&held), 0, "{held:?}");
+    assert!(held.goodput_share() > 0.85, "{held:?}");
+}
+
+#[test]
+fn the_edge_follows_a_deeper_hint_at_once_and_a_looser_one_at_its_rate() {
+    use super::engine::Reopening;
+    use tidegate_core::Time;
+    let at = |ms| Time::ZERO + Nanos::from_millis(ms);
+    let mut line = Reopening::default();
+    // No hint: every rank; a hint deeper than the line: at once.
+    assert_eq!(line.line(at(0), None, 60.0), 767);
+    assert_eq!(line.line(at(10), Some(300), 60.0), 300);
+    // The hint lapses: 60 ranks a second, not every rank at once.
+    assert_eq!(line.line(at(510), None, 60.0), 330);
+    // Deeper again, then looser: the looser one is reached at the rate.
+    assert_eq!(line.line(at(520), Some(200), 60.0), 200);
+    assert_eq!(line.line(at(1_520), Some(400), 60.0), 260);
+    assert_eq!(line.line(at(5_520), Some(400), 60.0), 400);
+}
+
+#[test]
+fn the_ranks_waiting_long_in_a_queue_are_held_back_from_the_most_important() {
+    use super::engine::starving;
+    use tidegate_core::Priority;
+    use tidegate_core::Time;
+    let at = |ms| Time::ZERO + Nanos::from_millis(ms);
+    let rank = |r: u16| Priority::new(u32::from(r / 128), u32::from(r % 128)).expect("valid");
+    let waiting = [
+        (at(0), rank(400)),
+        (at(100), rank(300)),
+        (at(300), rank(200)),
+    ];
+    // At 400 ms, what has waited 250 ms was queued by 150 ms: ranks 400 and 300.
+    assert_eq!(starving(waiting.into_iter(), at(150)), Some(300));
+    assert_eq!(starving(waiting.into_iter(), at(50)), Some(400));
+    assert_eq!(starving(std::iter::empty(), at(150)), None);
+}
