@@ -125,6 +125,14 @@ const LITTLE_EXCESS: f64 = 2.0;
 /// Weight of a window's spread in the pooled spread (see [`Bdp::offer_rt_prop`]).
 const POOLED_WEIGHT: f64 = 1.0 / 16.0;
 
+/// A window's mean rtt within this fraction of `rt_prop` (and its noise) sees it again.
+const RT_PROP_SEEN: f64 = 0.05;
+
+/// Least windows without seeing `rt_prop` before it is measured afresh, whatever the time:
+/// BBR's 10 s are hundreds of Internet round trips but five of a service answering in 2 s,
+/// which measured afresh every other window at half its limit.
+const PROBE_RTT_WINDOWS: u32 = 20;
+
 /// A measurement afresh of `rt_prop` this much under the old one found a queue: measure
 /// again (see [`Phase::ProbeRtt`]).
 const FOUND_LOWER: f64 = 0.9;
@@ -146,6 +154,13 @@ pub struct BdpConfig {
     pub probe_gain: f64,
     /// Gain of the other windows of the cycle. Default 1.
     pub cruise_gain: f64,
+    /// Requests allowed on top of the gain times the product, outside ProbeRtt. Default 1:
+    /// the gate refills a freed slot only from its queue, which the regulator keeps short,
+    /// so a slot often waits for the next arrival; at the product exactly, one worker of a
+    /// knee of 1 idled a quarter of the time (7.5 answers a second of 10), and the product
+    /// measured that. One request queued in the service covers the gap (+1.0 point of the
+    /// sweep's mean worst-window goodput; 2 lost 0.7 of it).
+    pub headroom: f64,
     /// Windows per probing cycle (one probing, the others cruising). Default 8 (BBR's).
     pub cycle: u32,
     /// Windows the maximum of the rate spans. Default 10 (BBR's 10 round trips).
@@ -174,6 +189,7 @@ impl Default for BdpConfig {
             startup_gain: 2.0,
             probe_gain: 1.25,
             cruise_gain: 1.0,
+            headroom: 1.0,
             cycle: 8,
             bw_windows: 10,
             probe_rtt_interval: Nanos::from_secs(10),
@@ -256,8 +272,9 @@ struct RtProp {
     value: f64,
     /// Windows that offered since it was measured afresh.
     windows: u32,
-    /// When a window last answered at it (within its noise).
+    /// When a window last answered at it (within its noise), and windows closed since.
     seen: Time,
+    unseen_windows: u32,
     /// Set from a censored window for want of any other: the next window measured replaces
     /// it, even upwards.
     provisional: bool,
@@ -273,6 +290,7 @@ impl RtProp {
             value: f64::INFINITY,
             windows: 0,
             seen: now,
+            unseen_windows: 0,
             provisional: false,
             best: (0.0, 0.0, 0.0),
         }
@@ -431,6 +449,7 @@ impl Bdp {
             *rt = RtProp::empty(now);
         }
         rt.windows = rt.windows.saturating_add(1);
+        rt.unseen_windows = rt.unseen_windows.saturating_add(1);
         let shortfall = (2.0 * f64::from(rt.windows).ln()).sqrt();
         let error = |mean: f64, cv2: f64, answers: f64| mean * (cv2.max(pooled) / answers).sqrt();
         let (best_mean, best_cv2, best_answers) = rt.best;
@@ -443,8 +462,10 @@ impl Bdp {
             rt.value = offered;
             rt.best = (mean, cv2, answers);
             rt.seen = now;
-        } else if mean <= rt.value * 1.05 + 2.0 * error {
+            rt.unseen_windows = 0;
+        } else if mean <= rt.value * (1.0 + RT_PROP_SEEN) + 2.0 * error {
             rt.seen = now;
+            rt.unseen_windows = 0;
         }
     }
 
@@ -485,7 +506,10 @@ impl Bdp {
                 self.pooled_cv2 + POOLED_WEIGHT * (cv2 - self.pooled_cv2)
             };
             // Censored: answers are the short ones while long ones still run (module docs).
-            let censored = inflight - 1.0 > LITTLE_EXCESS * answer_rate * mean;
+            // And a window with too many drops measures no rtt: a service that refuses at
+            // once answers in no time (a bounded queue's refusals took rt_prop to a fifth
+            // of the work, and the product with it).
+            let censored = inflight - 1.0 > LITTLE_EXCESS * answer_rate * mean || lossy;
             match self.phase {
                 // The first window of a fresh measurement drains what was admitted before.
                 Phase::ProbeRtt { measuring: false } => {}
@@ -599,12 +623,19 @@ impl Bdp {
         if matches!(self.phase, Phase::ProbeBw(_))
             && self.rt_prop.value.is_finite()
             && now.saturating_since(self.rt_prop.seen) >= self.config.probe_rtt_interval
+            && self.rt_prop.unseen_windows >= PROBE_RTT_WINDOWS
         {
             self.phase = Phase::ProbeRtt { measuring: false };
         }
 
         if let Some(bdp) = self.bdp() {
-            self.limit = self.gain() * bdp;
+            // (Not while measuring the rtt: the point is a service with nothing queued.)
+            let headroom = if matches!(self.phase, Phase::ProbeRtt { .. }) {
+                0.0
+            } else {
+                self.config.headroom
+            };
+            self.limit = self.gain() * bdp + headroom;
         } else if lossy {
             self.limit = in_force;
         }
@@ -800,13 +831,13 @@ mod tests {
         let ms = Nanos::from_millis;
         let mut limit = bdp(BdpConfig::default());
         // 200 answers a second at 100 ms, 20 in flight, demand-bound: product 20, startup
-        // at twice that.
+        // at twice that, plus the headroom.
         feed(&mut limit, Nanos::ZERO, secs(4), 800, ms(100), 20, 0);
-        assert_eq!(limit.limit(), 40);
-        // A window at 40 with a drop in four: capped at 0.7 x 40.
-        feed(&mut limit, secs(4), secs(1), 200, ms(100), 40, 4);
+        assert_eq!(limit.limit(), 41);
+        // A window at 41 with a drop in four: capped at 0.7 x 41.
+        feed(&mut limit, secs(4), secs(1), 200, ms(100), 41, 4);
         let capped = limit.limit();
-        assert!(capped <= 28, "{capped}");
+        assert!(capped <= 29, "{capped}");
         // Clean windows at the limit: the cap grows back by 25% a window.
         feed(&mut limit, secs(5), secs(3), 600, ms(100), capped, 0);
         assert!(limit.limit() > capped, "{}", limit.limit());
