@@ -567,7 +567,9 @@ impl Bdp {
                 let more = 1.0 + (self.config.probe_gain - 1.0) / 2.0;
                 found = offered > before * more;
             }
-            if (bound && !probing_rtt) || offered > before {
+            // (A window with too many drops measures no rate either: the rate of the
+            // successes of a service timing out most requests is no bandwidth.)
+            if !lossy && ((bound && !probing_rtt) || offered > before) {
                 self.btl_bw.update(index, span, offered);
             }
         }
@@ -709,11 +711,16 @@ impl Limit for Bdp {
             WINDOW_RTTS
         };
         // (The first window's rtts are waited for only up to `MAX_ANSWERS`: a gate that
-        // starts far above the knee would otherwise wait twenty queued rtts.)
-        if elapsed < self.least_window
-            || (elapsed.as_nanos().saturating_mul(u64::from(self.samples))
-                < self.rtt_sum.as_nanos().saturating_mul(rtts)
-                && (self.windows > 0 || self.samples < MAX_ANSWERS))
+        // starts far above the knee would otherwise wait twenty queued rtts. And a window
+        // with too many drops closes at once: they are the plainest sign of overload, and a
+        // gate started at 20 in front of 7 workers answering in 2 s, every answer past the
+        // client's 2.5 s, waited 100 s for its first window.)
+        let lossy = f64::from(self.drops) > self.config.drop_tolerance * f64::from(self.samples);
+        if !lossy
+            && (elapsed < self.least_window
+                || (elapsed.as_nanos().saturating_mul(u64::from(self.samples))
+                    < self.rtt_sum.as_nanos().saturating_mul(rtts)
+                    && (self.windows > 0 || self.samples < MAX_ANSWERS)))
         {
             return;
         }
