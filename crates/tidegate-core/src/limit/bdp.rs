@@ -85,7 +85,9 @@
 //!   the product answers at `rt_prop` within its noise, which counts as seeing it again, so
 //!   the probe only runs when every window for 10 s read a queue; and also for 20 windows,
 //!   since 10 s are hundreds of Internet round trips but five of a service answering in 2 s
-//!   (measured afresh every other window at half its limit, it lost 10 points of goodput).
+//!   (measured afresh every other window at half its limit, it lost 10 points of goodput),
+//!   unless four windows in a row read an rtt clearly above it (half as much again, beyond
+//!   their noise): a service whose work doubled, measured every 25 s, would wait 500 s.
 //!
 //! The hot path adds a sample to the window's sums and compares the window's length with its
 //! answers' rtt multiplied out (no division); the estimates move only when a window closes.
@@ -149,6 +151,16 @@ const RT_PROP_SEEN: f64 = 0.05;
 /// BBR's 10 s are hundreds of Internet round trips but five of a service answering in 2 s,
 /// which measured afresh every other window at half its limit.
 const PROBE_RTT_WINDOWS: u32 = 20;
+
+/// A window whose mean rtt is this many times `rt_prop` (and three of its standard errors
+/// beyond) reads a queue the cycle's gains (1.2, and one request of headroom) do not make.
+const CLEARLY_ABOVE: f64 = 1.5;
+
+/// Windows in a row clearly above `rt_prop` after which (and `probe_rtt_interval`) it is
+/// measured afresh without waiting for [`PROBE_RTT_WINDOWS`]: a service whose work doubled
+/// from 1 s to 2 s, measured every 25 s at 2 answers a second, would wait 500 s, its limit
+/// at half the workers (the capacity demo's 2.3 ok/s of 3.5).
+const CLEARLY_ABOVE_WINDOWS: u32 = 4;
 
 /// A measurement afresh of `rt_prop` this much under the old one found a queue: measure
 /// again (see [`Phase::ProbeRtt`]).
@@ -297,6 +309,8 @@ struct RtProp {
     /// When a window last answered at it (within its noise), and windows closed since.
     seen: Time,
     unseen_windows: u32,
+    /// Windows in a row whose mean was clearly above it (see [`CLEARLY_ABOVE`]).
+    clearly_above: u32,
     /// Set from a censored window for want of any other: the next window measured replaces
     /// it, even upwards.
     provisional: bool,
@@ -313,6 +327,7 @@ impl RtProp {
             windows: 0,
             seen: now,
             unseen_windows: 0,
+            clearly_above: 0,
             provisional: false,
             best: (0.0, 0.0, 0.0),
         }
@@ -480,6 +495,11 @@ impl Bdp {
         }
         let error = error(mean, cv2, answers);
         let offered = mean + shortfall * error;
+        if mean > rt.value * CLEARLY_ABOVE + 3.0 * error {
+            rt.clearly_above = rt.clearly_above.saturating_add(1);
+        } else {
+            rt.clearly_above = 0;
+        }
         if offered < rt.value {
             rt.value = offered;
             rt.best = (mean, cv2, answers);
@@ -647,7 +667,8 @@ impl Bdp {
         if matches!(self.phase, Phase::ProbeBw(_))
             && self.rt_prop.value.is_finite()
             && now.saturating_since(self.rt_prop.seen) >= self.config.probe_rtt_interval
-            && self.rt_prop.unseen_windows >= PROBE_RTT_WINDOWS
+            && (self.rt_prop.unseen_windows >= PROBE_RTT_WINDOWS
+                || self.rt_prop.clearly_above >= CLEARLY_ABOVE_WINDOWS)
         {
             self.phase = Phase::ProbeRtt { measuring: false };
         }
