@@ -354,6 +354,8 @@ pub struct Bdp {
     inflight_hi: f64,
     /// Whether the startup found the pipe full (and no probe found more since).
     full: bool,
+    /// The product ProbeRtt's gain applies to (see [`Bdp::close_window`]).
+    probe_rtt_base: f64,
     /// Whether a window was seen below the knee (its rate set by the demand, or growing
     /// with the limit): `rt_prop` was measured without a queue.
     unqueued: bool,
@@ -394,6 +396,7 @@ impl Bdp {
             rt_prop: RtProp::empty(Time::ZERO),
             inflight_hi: f64::INFINITY,
             full: false,
+            probe_rtt_base: f64::INFINITY,
             unqueued: false,
             full_bw: 0.0,
             full_bw_windows: 0,
@@ -608,9 +611,12 @@ impl Bdp {
         self.phase = match self.phase {
             Phase::Startup => {
                 let bw = self.btl_bw.get();
-                if !bound {
-                    // The demand, not the limit, set this window: its rtt had no queue of
-                    // the limit's making.
+                if f64::from(self.inflight_max) < in_force {
+                    // The demand, not the limit, set this window (it never reached the
+                    // limit): its rtt had no queue of the limit's making. (Not merely a
+                    // window not bound: a first window's admissions ramp up from none, and a
+                    // gate started at 60 in front of a knee of 20 skipped its probe of the
+                    // rtt and stayed at 60.)
                     self.unqueued = true;
                 }
                 if bound && bw > 0.0 {
@@ -673,14 +679,22 @@ impl Bdp {
             self.phase = Phase::ProbeRtt { measuring: false };
         }
 
+        if self.phase == (Phase::ProbeRtt { measuring: false }) {
+            // What the rate just delivered needs at the lowest rtt known, if less than the
+            // product: BBR drains to four packets, far under any product, while a gain of
+            // 0.75 on a product whose maximum still holds a capacity just halved queued in
+            // the service, and the rtt it measured replaced rt_prop upwards, queue included
+            // (the limit then held 16 in front of a knee of 10).
+            let needed = rate * self.rt_prop.value;
+            self.probe_rtt_base = self.bdp().map_or(needed, |bdp| bdp.min(needed));
+        }
         if let Some(bdp) = self.bdp() {
-            // (Not while measuring the rtt: the point is a service with nothing queued.)
-            let headroom = if matches!(self.phase, Phase::ProbeRtt { .. }) {
-                0.0
+            if matches!(self.phase, Phase::ProbeRtt { .. }) {
+                // (No headroom while measuring the rtt: the point is nothing queued.)
+                self.limit = self.gain() * self.probe_rtt_base.min(bdp);
             } else {
-                self.config.headroom
-            };
-            self.limit = self.gain() * bdp + headroom;
+                self.limit = self.gain() * bdp + self.config.headroom;
+            }
         } else if lossy {
             self.limit = in_force;
         }
