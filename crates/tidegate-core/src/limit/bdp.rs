@@ -27,9 +27,10 @@
 //!   probe a cycle takes dozens of rtts.
 //! - **ProbeRtt**: when no window answered at `rt_prop` (within its noise) for
 //!   `probe_rtt_interval` and 20 windows, one window at `probe_rtt_gain` (0.75) of the
-//!   product drains, the next measures, and its rtt replaces the minimum even upwards: a
-//!   service that became slower is measured again (a minimum only goes down). A measurement
-//!   10% under the old minimum found a queue the product included, and ProbeRtt runs again.
+//!   product (or of what the last window's rate needs at `rt_prop`, if less) drains, the
+//!   next measures, and its rtt replaces the minimum even upwards: a service that became
+//!   slower is measured again (a minimum only goes down). A measurement 10% under the old
+//!   minimum found a queue the product included, and ProbeRtt runs again.
 //!
 //! A request is not a packet. The departures from BBR, and why (each measured on `tidegate
 //! sim sweep --arm "tidegate default" --arm "bdp + pie" --seeds 6`, docs/algorithms.md):
