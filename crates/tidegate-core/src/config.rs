@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::gate::{Gate, QueueConfig};
 use crate::limit::{
-    Aimd, AimdConfig, Autotune, AutotuneConfig, Fixed, FixedConfig, Gradient2, Gradient2Config,
-    HillClimb, HillClimbConfig, Limit, Vegas, VegasConfig,
+    Aimd, AimdConfig, Autotune, AutotuneConfig, Bdp, BdpConfig, Fixed, FixedConfig, Gradient2,
+    Gradient2Config, HillClimb, HillClimbConfig, Limit, Vegas, VegasConfig,
 };
 use crate::regulator::{Codel, CodelConfig, Off, Pid, PidConfig, Pie, PieConfig, Regulator};
 
@@ -42,6 +42,7 @@ pub enum LimitAlgorithm {
     HillClimb,
     #[default]
     Autotune,
+    Bdp,
 }
 
 /// Which limit, and the settings of each.
@@ -55,17 +56,19 @@ pub struct LimitConfig {
     pub gradient2: Gradient2Config,
     pub hill_climb: HillClimbConfig,
     pub autotune: AutotuneConfig,
+    pub bdp: BdpConfig,
 }
 
 impl LimitAlgorithm {
     /// Every limit algorithm, for code that must cover them all.
-    pub const ALL: [LimitAlgorithm; 6] = [
+    pub const ALL: [LimitAlgorithm; 7] = [
         LimitAlgorithm::Fixed,
         LimitAlgorithm::Aimd,
         LimitAlgorithm::Vegas,
         LimitAlgorithm::Gradient2,
         LimitAlgorithm::HillClimb,
         LimitAlgorithm::Autotune,
+        LimitAlgorithm::Bdp,
     ];
 }
 
@@ -86,6 +89,7 @@ impl LimitConfig {
             LimitAlgorithm::Gradient2 => Box::new(Gradient2::new(&self.gradient2)),
             LimitAlgorithm::HillClimb => Box::new(HillClimb::new(&self.hill_climb)),
             LimitAlgorithm::Autotune => Box::new(Autotune::new(&self.autotune)),
+            LimitAlgorithm::Bdp => Box::new(Bdp::new(&self.bdp)),
         }
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! - [`priority`]: tiers and cohorts, 768 ranks; cohorts from caller keys.
 //! - [`limit`]: how many requests may be in flight (`Fixed`, `Aimd`, `Vegas`, `Gradient2`,
-//!   `HillClimb`, `Autotune`).
+//!   `HillClimb`, `Autotune`, `Bdp`).
 //! - [`regulator`]: who is turned away before queueing (`Pie`, `Codel`, `Pid`, `Off`).
 //! - [`outbound`]: the caller's side: adaptive throttling, retry budgets, retry policies.
 //! - [`feedback`]: a gate's cut-off told to its callers (`tidegate-cutoff`).

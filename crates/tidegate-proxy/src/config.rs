@@ -490,6 +490,7 @@ impl Config {
         limit.hill_climb.timeout =
             Some(limit.hill_climb.timeout.map_or(timeout, |t| t.min(timeout)));
         limit.autotune.timeout = Some(limit.autotune.timeout.map_or(timeout, |t| t.min(timeout)));
+        limit.bdp.timeout = Some(limit.bdp.timeout.map_or(timeout, |t| t.min(timeout)));
         gate
     }
 }

@@ -7,6 +7,7 @@
 
 mod aimd;
 mod autotune;
+mod bdp;
 mod fixed;
 mod gradient2;
 mod hill_climb;
@@ -18,6 +19,7 @@ use std::fmt;
 
 pub use aimd::{Aimd, AimdConfig};
 pub use autotune::{Autotune, AutotuneConfig};
+pub use bdp::{Bdp, BdpConfig};
 pub use fixed::{Fixed, FixedConfig};
 pub use gradient2::{Gradient2, Gradient2Config};
 pub use hill_climb::{HillClimb, HillClimbConfig};

@@ -22,7 +22,7 @@ use super::case::Case;
 use crate::scenario::{ArmConfig, ArmKind};
 
 /// The arms, in the tables' order; the last one is the oracle.
-pub const ARMS: [&str; 10] = [
+pub const ARMS: [&str; 11] = [
     "off",
     "fixed knee",
     "aimd",
@@ -31,6 +31,7 @@ pub const ARMS: [&str; 10] = [
     "hillclimb + pie",
     "autotune + codel",
     "autotune + pid",
+    "bdp + pie",
     "tidegate default",
     ORACLE,
 ];
@@ -96,6 +97,8 @@ pub fn arm(name: &str, case: &Case) -> Option<ArmConfig> {
         "vegas" => limiter(LimitAlgorithm::Vegas),
         "gradient2" => limiter(LimitAlgorithm::Gradient2),
         "hillclimb + pie" => gate(Some(LimitConfig::of(LimitAlgorithm::HillClimb)), None, None),
+        // The default's regulator and queue, BBR's model for the limit: only the limit differs.
+        "bdp + pie" => gate(Some(LimitConfig::of(LimitAlgorithm::Bdp)), None, None),
         "autotune + codel" => autotune_with(RegulatorAlgorithm::Codel),
         "autotune + pid" => autotune_with(RegulatorAlgorithm::Pid),
         DEFAULT => gate(None, None, None),
