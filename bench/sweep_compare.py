@@ -6,6 +6,12 @@ on the whole family, the way docs/algorithms.md reports every change.
     target/release/tidegate sim sweep --arm "tidegate default" --seeds 24 --json > after.json
     python3 bench/sweep_compare.py before.json after.json ["tidegate default"] [ROWS]
 
+Two arms of one run compare the same way, each file named with its arm after a colon:
+
+    target/release/tidegate sim sweep --arm "tidegate default" --arm "bdp + pie" --seeds 24 \
+        --json > run.json
+    python3 bench/sweep_compare.py "run.json:tidegate default" "run.json:bdp + pie"
+
 A shape is a case without its seed; its figure is the mean over the seeds of the arm's goodput
 in its worst judged window. It prints the mean over the shapes, how many moved by more than 2
 points either way (the largest moves, ROWS of each, default 12), and the case-seeds that miss a
@@ -31,6 +37,7 @@ the seeds that changed either way (a sign test).
 
 import collections
 import json
+import os
 import re
 import sys
 
@@ -156,13 +163,23 @@ def case_seeds(before, after, rows):
         print(f"  {target}: {case}")
 
 
+def file_and_arm(spec, arm):
+    """A run's file and the arm to read in it: `FILE`, or `FILE:ARM` for another arm."""
+    if os.path.exists(spec) or ":" not in spec:
+        return spec, arm
+    path, _, named = spec.partition(":")
+    return path, named
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     arm = sys.argv[3] if len(sys.argv) > 3 else "tidegate default"
     rows = int(sys.argv[4]) if len(sys.argv) > 4 else 12
-    before, misses_before, missing_before, n, cases_before = load(sys.argv[1], arm)
-    after, misses_after, missing_after, n_after, cases_after = load(sys.argv[2], arm)
+    (path_before, arm_before), (path_after, arm_after) = (
+        file_and_arm(spec, arm) for spec in sys.argv[1:3])
+    before, misses_before, missing_before, n, cases_before = load(path_before, arm_before)
+    after, misses_after, missing_after, n_after, cases_after = load(path_after, arm_after)
     if before.keys() != after.keys() or cases_before.keys() != cases_after.keys():
         sys.exit("the two runs are not of the same family (shapes or seeds differ)")
 
@@ -170,7 +187,8 @@ def main():
         return 100 * sum(shapes.values()) / len(shapes)
 
     worse, better = moves(before, after)
-    print(f"{arm}: mean worst-window goodput {mean(before):.2f}% -> {mean(after):.2f}% "
+    label = arm_before if arm_before == arm_after else f"{arm_before} -> {arm_after}"
+    print(f"{label}: mean worst-window goodput {mean(before):.2f}% -> {mean(after):.2f}% "
           f"over {len(before)} shapes")
     print(f"shapes better by more than 2 points: {len(better)}; worse: {len(worse)}")
     # Each shape's move may be noise, but not many moving the same way: a sign test.
