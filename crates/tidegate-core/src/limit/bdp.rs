@@ -721,11 +721,7 @@ impl Limit for Bdp {
         self.samples += 1;
         self.inflight_sum += u64::from(sample.inflight);
         self.inflight_max = self.inflight_max.max(sample.inflight);
-        let timed_out = self
-            .config
-            .timeout
-            .is_some_and(|timeout| sample.rtt >= timeout);
-        if sample.outcome == Outcome::Success && !timed_out {
+        if sample.in_time(self.config.timeout) {
             self.successes += 1;
         } else {
             self.drops += 1;

@@ -344,11 +344,7 @@ impl Limit for HillClimb {
         if sample.inflight >= self.limit {
             self.busy += 1;
         }
-        let timed_out = self
-            .config
-            .timeout
-            .is_some_and(|timeout| sample.rtt >= timeout);
-        if sample.outcome == Outcome::Success && !timed_out {
+        if sample.in_time(self.config.timeout) {
             self.successes += 1;
             self.success_rtt += sample.rtt;
         }

@@ -52,6 +52,15 @@ pub struct Sample {
     pub outcome: Outcome,
 }
 
+impl Sample {
+    /// Whether the service answered in time: a success, and (a caller's `timeout` known) one
+    /// that came before it. A success at or past the timeout is a timeout that looks like a
+    /// success, and the limits that know the timeout count it as a drop.
+    pub fn in_time(&self, timeout: Option<Nanos>) -> bool {
+        self.outcome == Outcome::Success && timeout.is_none_or(|timeout| self.rtt < timeout)
+    }
+}
+
 /// An adaptive (or fixed) concurrency limit.
 pub trait Limit: Send + fmt::Debug {
     /// The current limit, at least 1.
