@@ -23,12 +23,14 @@ use crate::time::{Nanos, Time};
 
 mod baseline;
 mod covariance;
+mod floor;
 mod served;
 mod trial;
 mod window;
 
 use baseline::{Baseline, Light};
 use covariance::{RING, ResetCheck, RingWindow};
+use floor::ProductFloor;
 use trial::{JUDGED_STEP, MAX_DOUBLINGS, Span, Trial, one_request_is_judged};
 use window::{FIRST_WINDOW_RTTS, LITTLE_EXCESS, WINDOW_PRECISION, WINDOW_RTTS, WindowRtt};
 
@@ -76,6 +78,12 @@ pub struct AutotuneConfig {
     /// Client timeout, if known: a `Success` whose rtt is at or beyond it is counted as a
     /// drop (a timeout that looks like a success). Default none.
     pub timeout: Option<Nanos>,
+    /// Hold the limit at least at the concurrency the service was seen to hold without a
+    /// queue: the rate of the windows that answered at the no-queue rtt, times that rtt
+    /// (Little's law, measured by [`Bdp`](super::Bdp)'s estimators; except while probing).
+    /// Where the answers' spread reads as a queue, the latency rule alone walks the limit
+    /// below the knee. Default true.
+    pub product_floor: bool,
 }
 
 impl Default for AutotuneConfig {
@@ -95,6 +103,7 @@ impl Default for AutotuneConfig {
             reset_factor: 0.5,
             probe_factor: 0.75,
             timeout: None,
+            product_floor: true,
         }
     }
 }
@@ -249,6 +258,8 @@ pub struct Autotune {
     min: f64,
     max: f64,
     limit: f64,
+    /// The least limit the service's rate and no-queue rtt allow (see `floor`), if enabled.
+    floor: Option<ProductFloor>,
     srtt: Option<f64>,
     base: Option<Baseline>,
     /// The next window is not measured (it mixes two limits), and the one after restarts the
@@ -351,6 +362,7 @@ impl Autotune {
             min: f64::from(min),
             max: f64::from(max),
             limit: f64::from(config.initial.clamp(min, max)),
+            floor: config.product_floor.then(|| ProductFloor::new(config)),
             srtt: None,
             base: None,
             settling: false,
@@ -394,6 +406,15 @@ impl Autotune {
             ring: [RingWindow::EMPTY; RING],
             filled: 0,
         }
+    }
+
+    /// The floor in force, if enabled: none while probing, whose window below the limit
+    /// is what tells the covariance anything (see `floor`).
+    fn floor(&self) -> Option<u32> {
+        self.floor
+            .as_ref()
+            .filter(|_| self.probe.is_none())
+            .map(ProductFloor::get)
     }
 
     /// Latency increase tolerated at the current limit, as a fraction of the baseline.
@@ -766,7 +787,10 @@ impl Autotune {
                     self.arbitrate();
                 }
             }
-            self.limit = self.limit.clamp(self.min, self.max);
+            let floor = self
+                .floor()
+                .map_or(self.min, |floor| self.min.max(f64::from(floor)));
+            self.limit = self.limit.clamp(floor.min(self.max), self.max);
             if self.limit.round() != in_force {
                 self.span = Span::default();
             }
@@ -806,13 +830,18 @@ impl Autotune {
 
 impl Limit for Autotune {
     fn limit(&self) -> u32 {
-        // In [min, max] and at least 1 by construction; `as` saturates.
-        self.limit.round() as u32
+        // In [min, max] and at least 1 by construction; `as` saturates. The floor moves
+        // between windows (its own close at other times).
+        let limit = self.limit.round() as u32;
+        self.floor().map_or(limit, |floor| limit.max(floor))
     }
 
     fn on_sample(&mut self, sample: &Sample) {
         if sample.outcome == Outcome::Ignored {
             return;
+        }
+        if let Some(floor) = &mut self.floor {
+            floor.observe(sample);
         }
         if !self.started {
             self.started = true;

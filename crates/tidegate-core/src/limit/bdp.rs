@@ -163,6 +163,11 @@ const CLEARLY_ABOVE: f64 = 1.5;
 /// at half the workers (the capacity demo's 2.3 ok/s of 3.5).
 const CLEARLY_ABOVE_WINDOWS: u32 = 4;
 
+/// The unqueued product counts once a window at this fraction of it or less also answered
+/// at `rt_prop`: lowering the concurrency did not lower the rtt, so there was no queue to
+/// drain (see [`Bdp::unqueued_product`]).
+const UNQUEUED_LOWER: f64 = 0.8;
+
 /// A measurement afresh of `rt_prop` this much under the old one found a queue: measure
 /// again (see [`Phase::ProbeRtt`]).
 const FOUND_LOWER: f64 = 0.9;
@@ -259,6 +264,11 @@ struct WindowedMax {
 }
 
 impl WindowedMax {
+    /// No value yet: every update is at least this.
+    const NONE: WindowedMax = WindowedMax {
+        s: [(0, f64::NEG_INFINITY); 3],
+    };
+
     fn get(&self) -> f64 {
         self.s[0].1
     }
@@ -350,6 +360,16 @@ pub struct Bdp {
     limit: f64,
     phase: Phase,
     btl_bw: WindowedMax,
+    /// The rate of the windows that answered at `rt_prop`, each less one standard error,
+    /// their maximum over `bw_windows`; forgotten when `rt_prop` is measured afresh (see
+    /// [`Bdp::unqueued_product`]).
+    unqueued_bw: WindowedMax,
+    /// Over the same windows, the least mean inflight of a window that answered at
+    /// `rt_prop`, negated (a maximum of negated values; minus infinity when none).
+    unqueued_least: WindowedMax,
+    /// The least `rt_prop` before a measurement afresh raised it (see
+    /// [`Bdp::unqueued_product`]).
+    rt_prop_before_raised: f64,
     rt_prop: RtProp,
     /// The cap set by drops (BBR v2's `inflight_hi`); infinite when none.
     inflight_hi: f64,
@@ -394,6 +414,9 @@ impl Bdp {
             limit: f64::from(config.initial).clamp(min, max),
             phase: Phase::Startup,
             btl_bw: WindowedMax::default(),
+            unqueued_bw: WindowedMax::default(),
+            unqueued_least: WindowedMax::NONE,
+            rt_prop_before_raised: f64::INFINITY,
             rt_prop: RtProp::empty(Time::ZERO),
             inflight_hi: f64::INFINITY,
             full: false,
@@ -427,6 +450,32 @@ impl Bdp {
         Some(self.rt_prop.value)
             .filter(|v| v.is_finite())
             .map(Nanos::from_secs_f64)
+    }
+
+    /// The concurrency the service was seen to hold without a queue, in requests: the
+    /// highest rate of the last `bw_windows` windows that answered at `rt_prop` (within its
+    /// noise), times `rt_prop`; `None` unless one of those windows, at four fifths of
+    /// that concurrency or less, also answered at `rt_prop`.
+    ///
+    /// Unlike [`Bdp::bdp`], it takes no rate from a window whose rtt exceeded `rt_prop`: a
+    /// service whose latency grows with the rate it is sent rather than with what is in
+    /// flight (RSocket's, answering in 2 ms at 10 requests a second and 20 ms at 120)
+    /// delivers more and more as its limit grows, so the highest rate at any rtt times the
+    /// lowest rtt grows with the limit it sets. Each rate is offered less one standard
+    /// error (of a count of answers, `1 / sqrt(successes)`): the window whose answers
+    /// happened to be short both answered at `rt_prop` and delivered the highest rate, and
+    /// the maximum of ten such windows sat a third above a knee of 30 with exponential
+    /// work. The rates are forgotten when `rt_prop` is measured afresh, and the product
+    /// never takes an `rt_prop` that such a measurement raised: ProbeRtt drains to three
+    /// quarters of the product, which in front of a service that lost half its workers
+    /// still queues, and the rtt it measures is that queue's. Autotune holds its limit at
+    /// least at this product
+    /// ([`AutotuneConfig::product_floor`](super::AutotuneConfig::product_floor)).
+    pub fn unqueued_product(&self) -> Option<f64> {
+        let product = self.unqueued_bw.get() * self.rt_prop.value.min(self.rt_prop_before_raised);
+        let least = -self.unqueued_least.get();
+        (product.is_finite() && product > 0.0 && least <= UNQUEUED_LOWER * product)
+            .then_some(product)
     }
 
     /// The product `btl_bw x rt_prop`, in requests, once both are measured.
@@ -482,8 +531,9 @@ impl Bdp {
     /// offered since `rt_prop` was measured afresh, its spread the larger of its own and the
     /// pooled one (see [`Bdp::close_window`]); the window that set `rt_prop` is offered
     /// again with the spread and `n` of now, so that a minimum set before a heavy tail
-    /// showed is not kept as if exact.
-    fn offer_rt_prop(&mut self, now: Time, mean: f64, cv2: f64, answers: f64) {
+    /// showed is not kept as if exact. Returns whether the window answered at `rt_prop`:
+    /// set it, or came within [`RT_PROP_SEEN`] and two of its standard errors of it.
+    fn offer_rt_prop(&mut self, now: Time, mean: f64, cv2: f64, answers: f64) -> bool {
         let pooled = self.pooled_cv2.max(0.0);
         let rt = &mut self.rt_prop;
         if rt.provisional {
@@ -507,12 +557,12 @@ impl Bdp {
         if offered < rt.value {
             rt.value = offered;
             rt.best = (mean, cv2, answers);
-            rt.seen = now;
-            rt.unseen_windows = 0;
-        } else if mean <= rt.value * (1.0 + RT_PROP_SEEN) + 2.0 * error {
-            rt.seen = now;
-            rt.unseen_windows = 0;
+        } else if mean > rt.value * (1.0 + RT_PROP_SEEN) + 2.0 * error {
+            return false;
         }
+        rt.seen = now;
+        rt.unseen_windows = 0;
+        true
     }
 
     fn close_window(&mut self, now: Time) {
@@ -528,6 +578,7 @@ impl Bdp {
         let probing_rtt = matches!(self.phase, Phase::ProbeRtt { .. });
 
         let mut previous_rt_prop = self.rt_prop.value;
+        let mut at_rt_prop = false;
         if self.samples >= 2 && elapsed > 0.0 {
             let n = f64::from(self.samples);
             let answer_rate = n / elapsed;
@@ -561,10 +612,16 @@ impl Bdp {
                 Phase::ProbeRtt { measuring: false } => {}
                 Phase::ProbeRtt { measuring: true } if !censored => {
                     // Measured afresh: the new minimum replaces the old, even upwards.
+                    self.rt_prop_before_raised = self.rt_prop_before_raised.min(self.rt_prop.value);
                     self.rt_prop = RtProp::empty(now);
-                    self.offer_rt_prop(now, mean, cv2, n);
+                    // Rates delivered at the old rtt are not rates at the new one (a service
+                    // whose work went from 1 s to 2 s delivers half as much at each
+                    // concurrency).
+                    self.unqueued_bw = WindowedMax::default();
+                    self.unqueued_least = WindowedMax::NONE;
+                    at_rt_prop = self.offer_rt_prop(now, mean, cv2, n);
                 }
-                _ if !censored => self.offer_rt_prop(now, mean, cv2, n),
+                _ if !censored => at_rt_prop = self.offer_rt_prop(now, mean, cv2, n),
                 _ if !self.rt_prop.value.is_finite() => {
                     // Nothing better yet: the time in the service by Little's law, which
                     // counts the requests still running.
@@ -597,6 +654,23 @@ impl Bdp {
                 self.btl_bw.update(index, span, offered);
             }
         }
+
+        // Every window counts in the span of the unqueued rate, those that did not answer at
+        // `rt_prop` as none: a maximum only moves on an update, and a service that stopped
+        // answering at `rt_prop` would keep its last rate for ever.
+        let unqueued = if lossy || !at_rt_prop || self.successes == 0 || elapsed <= 0.0 {
+            0.0
+        } else {
+            rate * (1.0 - 1.0 / f64::from(self.successes).sqrt())
+        };
+        let span = u64::from(self.config.bw_windows.max(1));
+        self.unqueued_bw.update(index, span, unqueued);
+        let least = if unqueued > 0.0 {
+            -inflight
+        } else {
+            f64::NEG_INFINITY
+        };
+        self.unqueued_least.update(index, span, least);
 
         // Drops cap the limit; windows without let the cap grow back.
         if lossy {
@@ -930,6 +1004,30 @@ mod tests {
         assert!(trace.min_limit() >= 15, "{}", trace.min_limit());
         let goodput = trace.goodput(secs(10), secs(90));
         assert!(goodput > 97.0, "{goodput}");
+    }
+
+    #[test]
+    fn the_unqueued_product_counts_rates_at_rt_prop_once_less_concurrency_answered_as_fast() {
+        let ms = Nanos::from_millis;
+        let mut limit = bdp(BdpConfig::default());
+        // 20 in flight answering in 100 ms (200 a second): the rtt could be a queue's.
+        feed(&mut limit, ms(0), ms(6000), 1200, ms(100), 20, 0);
+        assert!(limit.rt_prop().is_some());
+        assert_eq!(limit.unqueued_product(), None, "no lower concurrency seen");
+        // 10 in flight answer as fast: no queue at 20.
+        feed(&mut limit, ms(6000), ms(3000), 300, ms(100), 10, 0);
+        let product = limit.unqueued_product().expect("measured");
+        assert!((17.0..20.5).contains(&product), "{product}");
+        // More rate at a longer rtt (a service whose latency follows the rate it is sent):
+        // the product of the highest rate and the lowest rtt grows, the unqueued one does
+        // not, and once no window in the rate's span answered at rt_prop it is gone.
+        feed(&mut limit, ms(9000), ms(1000), 400, ms(150), 60, 0);
+        let bdp = limit.bdp().expect("measured");
+        assert!(bdp > 30.0, "{bdp}");
+        let product = limit.unqueued_product().expect("still in its span");
+        assert!(product < 20.5, "{product}");
+        feed(&mut limit, ms(10_000), ms(10_000), 4000, ms(150), 60, 0);
+        assert_eq!(limit.unqueued_product(), None);
     }
 
     #[test]

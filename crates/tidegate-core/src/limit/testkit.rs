@@ -33,6 +33,9 @@ pub(crate) struct Service {
     pub(crate) jitter: f64,
     /// `(from, base)`: from that time on, the latency at or below the optimum is this.
     pub(crate) base_schedule: Vec<(Time, Nanos)>,
+    /// `(share, factor)`: that share of the requests takes `factor` times the base, the
+    /// others less, so that the mean stays the base (a cache in front of a store).
+    pub(crate) tail: Option<(f64, f64)>,
 }
 
 impl Service {
@@ -47,6 +50,7 @@ impl Service {
             schedule: Vec::new(),
             jitter: 0.05,
             base_schedule: Vec::new(),
+            tail: None,
         }
     }
 
@@ -108,7 +112,14 @@ impl Service {
             .max(1.0)
             .powf(self.contention);
         let jitter = 1.0 + self.jitter * (2.0 * rng.next_f64() - 1.0);
-        self.base_at(now).mul_f64(slowdown * jitter)
+        let mode = self.tail.map_or(1.0, |(share, factor)| {
+            if rng.next_f64() < share {
+                factor
+            } else {
+                (1.0 - share * factor) / (1.0 - share)
+            }
+        });
+        self.base_at(now).mul_f64(slowdown * jitter * mode)
     }
 }
 

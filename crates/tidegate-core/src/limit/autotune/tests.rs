@@ -1508,3 +1508,60 @@ fn one_drop_in_a_window_still_shows_the_concurrency_it_served() {
     assert_eq!(watched(1), Some(24.0));
     assert_eq!(watched(2), None, "two are the start of a rate");
 }
+
+#[test]
+fn the_product_floor_holds_the_limit_where_a_tail_reads_as_a_queue() {
+    // 30 in parallel at 100 ms on average, 1% of the answers 50 times the mean (a cache
+    // in front of a slow store). Window after window, whether a window held one of the
+    // slow answers reads as a queue, and the latency rule alone walks the limit down to
+    // one or two, serving a twentieth of the capacity. The rate the service delivered at
+    // its no-queue rtt, at concurrencies down to a fifth below, holds the limit near the
+    // knee.
+    let cached = Service {
+        optimal: 30,
+        contention: 1.0,
+        jitter: 0.0,
+        tail: Some((0.01, 50.0)),
+        ..Service::kanaloa()
+    };
+    let mut floored = Autotune::new(&config(20));
+    let trace = run(&mut floored, &cached, Load::Saturating, secs(300));
+    let mean = trace.mean_limit(secs(60), secs(300));
+    let goodput = trace.goodput(secs(60), secs(300));
+    assert!(mean >= 20.0, "{mean}");
+    assert!(goodput >= 0.8 * 300.0, "{goodput}");
+    let mut alone = Autotune::new(&AutotuneConfig {
+        product_floor: false,
+        ..config(20)
+    });
+    let trace = run(&mut alone, &cached, Load::Saturating, secs(300));
+    let mean = trace.mean_limit(secs(60), secs(300));
+    assert!(mean < 10.0, "the latency rule alone: {mean}");
+}
+
+#[test]
+fn a_probe_goes_below_the_product_floor() {
+    // The probe's window below the limit is what tells the covariance whether concurrency
+    // pays (a baseline measured before the work slowed is reset only so): the floor does
+    // not hold it.
+    let mut a = Autotune::new(&config(20));
+    let answers = |a: &mut Autotune, from: u64, count: u64, inflight: u32| {
+        for i in 1..=count {
+            a.on_sample(&Sample {
+                now: Time::ZERO + Nanos::from_millis(from + 5 * i * 20 / u64::from(inflight)),
+                rtt: Nanos::from_millis(100),
+                inflight,
+                outcome: Outcome::Success,
+            });
+        }
+    };
+    // 20 in flight and 10 answer in 100 ms: no queue at 20.
+    answers(&mut a, 0, 1200, 20);
+    answers(&mut a, 6000, 300, 10);
+    let floor = a.floor().expect("enabled");
+    assert!((17..=20).contains(&floor), "{floor}");
+    a.limit = 12.0;
+    assert_eq!(a.limit(), floor, "held at the floor");
+    a.start_probe();
+    assert_eq!(a.limit(), 9, "three quarters of 12, below the floor");
+}
