@@ -98,8 +98,8 @@ enum Sim {
     /// fits a worker pool to its latency by concurrency (the knee, the work time and its
     /// spread, contention beyond the knee, the queue from the refusals), then replays the
     /// log's own arrivals, compressed by each --load multiple, against the fitted service
-    /// through every arm: off, a fixed limit at the knee, aimd, vegas, gradient2, hillclimb
-    /// and autotune + pid, and tidegate default. Prints the fit, then per load multiple what
+    /// through every arm: off, a fixed limit at the knee, aimd, vegas, gradient2, hillclimb,
+    /// bdp, autotune + pid, and tidegate default. Prints the fit, then per load multiple what
     /// each arm would have done: offered and goodput per second, the shares shed, refused and
     /// timed out, p50 and p99. See docs/replay.md.
     ///

@@ -48,6 +48,7 @@ fn prints_the_fit_and_every_arm_per_load_multiple() {
         "vegas + pie",
         "gradient2 + pie",
         "hillclimb + pie",
+        "bdp + pie",
         "autotune + pid",
         "tidegate default",
     ] {

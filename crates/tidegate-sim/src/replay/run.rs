@@ -99,6 +99,10 @@ name = "hillclimb + pie"
 limit = {{ algorithm = "hill_climb" }}
 
 [[arms]]
+name = "bdp + pie"
+limit = {{ algorithm = "bdp" }}
+
+[[arms]]
 name = "autotune + pid"
 regulator = {{ algorithm = "pid" }}
 
