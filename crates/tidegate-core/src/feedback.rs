@@ -134,6 +134,12 @@ impl CutoffHint {
     }
 }
 
+/// Whether the hint a chain was admitted under (`under`, none for a request that says none)
+/// spares a call of the chain ranked `priority` from the cut-off hints since: it admits it.
+pub fn spares(priority: Priority, under: Option<u16>) -> bool {
+    under.is_some_and(|under| priority.rank() <= under)
+}
+
 /// What a caller knows of one callee's cut-off: the deepest hint in force, the line it sends
 /// up to (which reopens at a bounded rate, if asked), and how many malformed headers it
 /// ignored.
@@ -238,7 +244,7 @@ impl Feedback {
         under: Option<u16>,
     ) -> Option<u16> {
         let refused = self.refuses(now, priority);
-        refused.filter(|_| under.is_none_or(|under| priority.rank() > under))
+        refused.filter(|_| !spares(priority, under))
     }
 
     /// What an edge that admits a request at `now` says it admitted it under (`under=`):

@@ -4,14 +4,17 @@
 //!
 //! What the upstream said is `tidegate_core::feedback::Feedback`, the code the outbound layer
 //! and the simulator run: the deepest hint until it lapses, the line that reopens at
-//! `feedback.reopen_rate`, a chain's call spared by the hint it was admitted under. It moves
-//! with time when it reopens, so it sits behind a lock, held for a few comparisons per
-//! request.
+//! `feedback.reopen_rate`, a chain's call spared by the hint it was admitted under. It is
+//! taken in under a lock, on the responses that carry the header. Read on every request, the
+//! hint in force is also kept in one atomic word, the rank in the low 16 bits and the expiry,
+//! in microseconds on the proxy's clock, in the 48 above (nine years of uptime), so that a
+//! request takes no lock unless the line reopens (which moves as it is read).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use http::HeaderValue;
-use tidegate_core::feedback::Feedback;
+use tidegate_core::feedback::{self, CutoffHint, Feedback};
 use tidegate_core::{Priority, Time};
 
 /// The header's name.
@@ -22,13 +25,20 @@ pub(crate) static HEADER: http::HeaderName =
 #[derive(Debug, Default)]
 pub(crate) struct UpstreamCutoff {
     feedback: Mutex<Feedback>,
+    /// `feedback.reopen_rate` is set: every request reads the line under the lock.
+    reopens: bool,
+    /// The hint `feedback` holds, as of the last header taken in (0: none).
+    packed: AtomicU64,
 }
 
 impl UpstreamCutoff {
     /// An upstream's cut-off whose line reopens at `reopen_rate` ranks a second (0: at once).
     pub(crate) fn new(reopen_rate: f64) -> UpstreamCutoff {
+        let feedback = Feedback::reopening(reopen_rate);
         UpstreamCutoff {
-            feedback: Mutex::new(Feedback::reopening(reopen_rate)),
+            reopens: feedback != Feedback::default(),
+            feedback: Mutex::new(feedback),
+            packed: AtomicU64::new(0),
         }
     }
 
@@ -38,26 +48,54 @@ impl UpstreamCutoff {
         self.feedback.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The hint held, as of the last header, from the atomic word.
+    fn hint(&self) -> CutoffHint {
+        let packed = self.packed.load(Ordering::Relaxed);
+        CutoffHint {
+            rank: (packed & 0xffff) as u16,
+            expires: Time::from_nanos((packed >> 16).saturating_mul(1_000)),
+        }
+    }
+
     /// The line a request of `priority` sent at `now` (nanoseconds on the proxy's clock) is
     /// past, if the upstream refuses it: `None` to send it. `under`: the hint the edge
     /// admitted the request's chain under, which spares the ranks it admits.
     pub(crate) fn refuses(&self, now: u64, priority: Priority, under: Option<u16>) -> Option<u16> {
         let now = Time::from_nanos(now);
-        self.feedback().refuses_in_chain(now, priority, under)
+        if self.reopens {
+            return self.feedback().refuses_in_chain(now, priority, under);
+        }
+        let hint = self.hint();
+        (hint.refuses(now, priority) && !feedback::spares(priority, under)).then_some(hint.rank)
     }
 
     /// The hint the proxy admits a request under at `now` (`under=`, with
     /// `feedback.hold_for_chain`): its line, the least important rank when it holds none.
     pub(crate) fn under(&self, now: u64) -> u16 {
-        self.feedback().under(Time::from_nanos(now))
+        let now = Time::from_nanos(now);
+        if self.reopens {
+            return self.feedback().under(now);
+        }
+        let hint = self.hint();
+        if now < hint.expires {
+            hint.rank
+        } else {
+            Priority::LOWEST.rank()
+        }
     }
 
     /// Takes in the header of a response received at `now`; `false` if it did not parse
     /// (then the cut-off held stays, and the caller counts it).
     pub(crate) fn receive(&self, now: u64, value: &HeaderValue) -> bool {
+        let now = Time::from_nanos(now);
         let mut feedback = self.feedback();
         let invalid = feedback.invalid();
-        feedback.receive(Time::from_nanos(now), Some(value.as_bytes()));
+        feedback.receive(now, Some(value.as_bytes()));
+        let packed = feedback.hint(now).map_or(0, |hint| {
+            let expires_us = hint.expires.as_nanos() / 1_000;
+            (expires_us.min(u64::MAX >> 16) << 16) | u64::from(hint.rank)
+        });
+        self.packed.store(packed, Ordering::Relaxed);
         feedback.invalid() == invalid
     }
 }
