@@ -77,6 +77,12 @@ pub struct QueueConfig {
     /// tier 1 lost two thirds of its requests while tier 2 took three quarters of the
     /// capacity). `inf` for no bound. Default 1.
     pub wait_bound: f64,
+    /// The cut-off the gate tells its callers (`tidegate-cutoff`, [`Gate::told_cutoff`])
+    /// also holds back every rank from the most important one with a request waiting at
+    /// least half `timeout`. A priority queue that never empties starves its least important
+    /// admitted ranks: their requests expire after the header said they were admitted, and
+    /// every hop before spent its work on them (`docs/feedback.md`). Default false.
+    pub hold_back_starving: bool,
 }
 
 /// The least wait [`QueueConfig::wait_bound`] allows, whatever the service's latency: a wait
@@ -100,6 +106,7 @@ impl Default for QueueConfig {
             timeout: Nanos::from_millis(500),
             lifo_after: None,
             wait_bound: 1.0,
+            hold_back_starving: false,
         }
     }
 }
@@ -693,6 +700,26 @@ impl Gate {
     /// on every response, where a whole [`Gate::snapshot`] would copy every counter.
     pub fn regulator_state(&self) -> RegulatorState {
         self.regulator.state()
+    }
+
+    /// The cut-off rank the gate tells its callers at `now` (`tidegate-cutoff`, before
+    /// [`crate::feedback::CutoffHeader::told`] takes one off): the regulator's, and with
+    /// [`QueueConfig::hold_back_starving`], no less important than the most important rank
+    /// waiting half the queue's timeout. `None` while the regulator cuts nothing.
+    pub fn told_cutoff(&self, now: Time) -> Option<u16> {
+        let half = Nanos::from_nanos(self.config.timeout.as_nanos() / 2);
+        let starving = self.config.hold_back_starving.then_some(half);
+        self.told_cutoff_with(now, starving)
+    }
+
+    /// As [`Gate::told_cutoff`], holding back the ranks waiting at least `starving` (none:
+    /// not the queue's).
+    pub fn told_cutoff_with(&self, now: Time, starving: Option<Nanos>) -> Option<u16> {
+        let cut = self.regulator.state().cutoff_rank?;
+        let waiting = starving
+            .and_then(|wait| now.as_nanos().checked_sub(wait.as_nanos()))
+            .and_then(|since| self.queue.most_important_since(Time::from_nanos(since)));
+        Some(waiting.map_or(cut, |priority| cut.min(priority.rank())))
     }
 
     pub fn snapshot(&self, now: Time) -> Snapshot {

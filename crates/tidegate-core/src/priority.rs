@@ -134,6 +134,89 @@ impl std::str::FromStr for Priority {
     }
 }
 
+/// What a `tidegate-priority` request header says: the request's priority and, from an edge
+/// that holds the chain's hint (`docs/feedback.md`), the cut-off hint it admitted the
+/// request under.
+///
+/// The header is a comma-separated list. Its first member is the priority, `T` or `T/C`
+/// (what [`Priority`]'s `parse` accepts); the others are `key=value` pairs, of which one is
+/// known: `under=R`, R a rank from 0 to 767, the least important rank of the hint the edge
+/// admitted the chain under (767 when it held none). The field may come as several field
+/// lines, read in order as one list: a sender puts `under=R` on a line of its own after the
+/// priority's, so that a reader that takes only the first line (tidegate before the
+/// extension) still reads the priority:
+///
+/// ```text
+/// tidegate-priority: 1/17
+/// tidegate-priority: under=400
+/// ```
+///
+/// A malformed priority makes the whole header invalid, as before. A malformed member after
+/// it (no `=`, an `under` that is not a rank) is ignored and counted ([`PriorityHeader::ignored`]);
+/// an unknown key is ignored, so that later versions can add some. Of several `under`, the
+/// most important holds: it spares the fewest calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PriorityHeader {
+    pub priority: Priority,
+    /// The hint the edge admitted the request's chain under, if it said one.
+    pub under: Option<u16>,
+    /// Malformed members after the priority, ignored.
+    pub ignored: u32,
+}
+
+impl PriorityHeader {
+    /// Parses the header from its field lines, in order; `None` for no field line at all.
+    pub fn parse<'a>(
+        lines: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Option<Result<PriorityHeader, ParsePriorityError>> {
+        let mut members = lines
+            .into_iter()
+            .flat_map(|line| line.split(|&b| b == b','))
+            .map(|member| std::str::from_utf8(member).map(str::trim));
+        let first = members.next()?;
+        let priority = match first {
+            Ok(first) => first.parse::<Priority>(),
+            Err(_) => Err(ParsePriorityError::Syntax("(not UTF-8)".to_owned())),
+        };
+        let mut header = match priority {
+            Ok(priority) => PriorityHeader {
+                priority,
+                under: None,
+                ignored: 0,
+            },
+            Err(error) => return Some(Err(error)),
+        };
+        for member in members {
+            let Ok(member) = member else {
+                header.ignored += 1;
+                continue;
+            };
+            if member.is_empty() {
+                continue; // a list may have empty members (RFC 9110, 5.6.1)
+            }
+            let Some((key, value)) = member.split_once('=') else {
+                header.ignored += 1;
+                continue;
+            };
+            if key.trim() != "under" {
+                continue;
+            }
+            match value.trim().parse::<u16>() {
+                Ok(rank) if usize::from(rank) < RANKS => {
+                    header.under = Some(header.under.map_or(rank, |held| held.min(rank)));
+                }
+                _ => header.ignored += 1,
+            }
+        }
+        Some(Ok(header))
+    }
+
+    /// The field line that carries `under` (`under=R`), sent after the priority's.
+    pub fn under_line(under: u16) -> String {
+        format!("under={under}")
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PriorityParts {
@@ -273,6 +356,71 @@ mod tests {
             Err(ParsePriorityError::Syntax(_))
         ));
         assert_eq!(Priority::LOWEST.to_string().parse(), Ok(Priority::LOWEST));
+    }
+
+    #[test]
+    fn the_header_carries_the_hint_the_chain_was_admitted_under() {
+        let parse = |lines: &[&str]| {
+            PriorityHeader::parse(lines.iter().map(|l| l.as_bytes()))
+                .expect("a field line")
+                .expect("a priority")
+        };
+        let p1_17 = Priority::new(1, 17).expect("valid");
+        // The old form: no hint.
+        assert_eq!(
+            parse(&["1/17"]),
+            PriorityHeader {
+                priority: p1_17,
+                under: None,
+                ignored: 0
+            }
+        );
+        // On a line of its own, or joined into one list by an intermediary.
+        for lines in [
+            &["1/17", "under=400"][..],
+            &["1/17, under=400"],
+            &[" 1/17 ,under = 400 "],
+        ] {
+            assert_eq!(parse(lines).under, Some(400), "{lines:?}");
+            assert_eq!(parse(lines).priority, p1_17);
+        }
+        assert_eq!(
+            parse(&["5/127", &PriorityHeader::under_line(767)]).under,
+            Some(767)
+        );
+        // Unknown keys and empty members are ignored, not counted; of two hints the deeper.
+        let later = parse(&["1/17", "under=500, next=version,, under=300"]);
+        assert_eq!((later.under, later.ignored), (Some(300), 0));
+        // Malformed members are ignored and counted; the priority stands.
+        for bad in [
+            "under=768",
+            "under=-1",
+            "under=high",
+            "under=",
+            "under",
+            "4/2",
+        ] {
+            let header = parse(&["1/17", bad]);
+            assert_eq!(
+                (header.priority, header.under, header.ignored),
+                (p1_17, None, 1),
+                "{bad}"
+            );
+        }
+        let header = PriorityHeader::parse([&b"2"[..], b"under=\xff"]).expect("line");
+        assert_eq!(header.map(|h| (h.under, h.ignored)), Ok((None, 1)));
+        // A malformed priority is the whole header's error, as before; no line is no header.
+        for bad in [
+            &["under=400", "1/17"][..],
+            &["9/0, under=3"],
+            &["\u{1F600}"],
+        ] {
+            assert!(
+                PriorityHeader::parse(bad.iter().map(|l| l.as_bytes())).is_some_and(|h| h.is_err()),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(PriorityHeader::parse(std::iter::empty()), None);
     }
 
     #[test]

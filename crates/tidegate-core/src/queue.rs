@@ -316,6 +316,28 @@ impl PriorityQueue {
         now - oldest
     }
 
+    /// The most important rank with an entry waiting since `since` or before, if any: a
+    /// rank the queue is starving. Each rank's head is its oldest entry, so this looks at
+    /// one entry per non-empty rank, most important first, and stops at the first that has
+    /// waited that long; it runs where a gate tells its cut-off, not on admission.
+    pub fn most_important_since(&self, since: Time) -> Option<Priority> {
+        let mut words = self.nonempty_words;
+        while words != 0 {
+            let word_index = words.trailing_zeros() as usize;
+            words &= words - 1;
+            let mut bits = self.nonempty[word_index];
+            while bits != 0 {
+                let rank = word_index * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let head = &self.slots[self.heads[rank] as usize].entry;
+                if head.is_some_and(|entry| entry.enqueued <= since) {
+                    return Priority::from_rank(rank as u16);
+                }
+            }
+        }
+        None
+    }
+
     fn first_rank(&self) -> Option<usize> {
         let words = self.nonempty_words;
         (words != 0).then(|| {
@@ -591,6 +613,32 @@ mod tests {
         q.push(entry(5, 127, 3, 100));
         q.push(entry(2, 64, 5, 100));
         assert_eq!(q.oldest_wait(Time::from_nanos(10)), Nanos::from_nanos(7));
+    }
+
+    #[test]
+    fn most_important_since_finds_the_first_rank_whose_oldest_waited_that_long() {
+        let mut q = PriorityQueue::new();
+        q.push(entry(1, 0, 200, 1_000));
+        q.push(entry(2, 3, 100, 1_000));
+        q.push(entry(2, 3, 150, 1_000));
+        q.push(entry(4, 0, 50, 1_000));
+        let rank = |q: &PriorityQueue, since| q.most_important_since(Time::from_nanos(since));
+        assert_eq!(rank(&q, 49), None, "nobody waits since 49");
+        assert_eq!(rank(&q, 50), Priority::new(4, 0).ok());
+        assert_eq!(
+            rank(&q, 100),
+            Priority::new(2, 3).ok(),
+            "its head waits since 100"
+        );
+        assert_eq!(rank(&q, 200), Priority::new(1, 0).ok());
+        // Newest first within a rank still leaves the oldest at the head.
+        q.pop(Order::Lifo);
+        q.pop(Order::Lifo);
+        assert_eq!(rank(&q, 100), Priority::new(2, 3).ok());
+        q.pop(Order::Lifo);
+        assert_eq!(rank(&q, 100), Priority::new(4, 0).ok());
+        q.pop(Order::Lifo);
+        assert_eq!(rank(&q, u64::MAX), None, "empty");
     }
 
     #[test]

@@ -244,6 +244,7 @@ proptest! {
             timeout: Nanos::from_millis(80),
             lifo_after: lifo.then_some(Nanos::from_millis(20)),
             wait_bound: if bound { 2.0 } else { f64::INFINITY },
+            hold_back_starving: false,
         };
         let mut gate = gate(choice, seed, queue);
         let mut model = Model::default();

@@ -7,14 +7,17 @@
 //!   default.
 //! - A malformed priority header is not an error: the request gets the default priority and
 //!   the header is counted, so that a client's typo costs it its priority, never its answer.
+//! - The priority header may also carry the hint the edge admitted the request's chain under
+//!   (`under=R`, on a field line of its own after the priority's: `docs/feedback.md`); a
+//!   malformed one is ignored and counted, the priority still taken.
 //! - Neither header is read from a client outside `trust.sources` ([`crate::trust`]): its
 //!   request gets the route's tier or the default priority, and a priority header it sent is
 //!   counted.
 
 use std::time::SystemTime;
 
-use http::{HeaderMap, HeaderName};
-use tidegate_core::priority::CohortMap;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tidegate_core::priority::{CohortMap, PriorityHeader};
 use tidegate_core::{Priority, Time};
 
 use crate::config::{Config, header_name};
@@ -36,6 +39,11 @@ pub(crate) struct Class {
     pub(crate) header_invalid: bool,
     /// The priority header was present but its sender is not trusted.
     pub(crate) header_untrusted: bool,
+    /// The hint the edge admitted the request's chain under (`under=` in the priority
+    /// header, `docs/feedback.md`), from a trusted client.
+    pub(crate) under: Option<u16>,
+    /// Malformed members of the priority header after the priority, ignored.
+    pub(crate) header_ignored: u32,
 }
 
 #[derive(Debug)]
@@ -102,16 +110,28 @@ impl Classifier {
         let mut header_untrusted = false;
         let mut explicit_cohort = false;
         let mut priority = self.default;
-        let header = self.header.as_ref().and_then(|name| headers.get(name));
+        let mut under = None;
+        let mut header_ignored = 0;
+        let lines = self.header.as_ref().map(|name| headers.get_all(name));
+        let first = lines.as_ref().and_then(|lines| lines.iter().next());
         if !trusted {
-            header_untrusted = header.is_some();
-        } else if let Some(value) = header {
-            match value.to_str().ok().map(|v| (v, v.parse::<Priority>())) {
-                Some((text, Ok(parsed))) => {
-                    priority = parsed;
-                    explicit_cohort = text.contains('/');
+            header_untrusted = first.is_some();
+        } else if let Some(lines) = lines {
+            match PriorityHeader::parse(lines.iter().map(HeaderValue::as_bytes)) {
+                Some(Ok(parsed)) => {
+                    priority = parsed.priority;
+                    under = parsed.under;
+                    header_ignored = parsed.ignored;
+                    // The priority is the list's first member: a cohort if it has a `/`.
+                    explicit_cohort = first.is_some_and(|line| {
+                        line.as_bytes()
+                            .split(|&b| b == b',')
+                            .next()
+                            .is_some_and(|member| member.contains(&b'/'))
+                    });
                 }
-                _ => header_invalid = true,
+                Some(Err(_)) => header_invalid = true,
+                None => {}
             }
         }
         if let Some(tier) = route.and_then(|r| r.tier)
@@ -130,6 +150,8 @@ impl Classifier {
             partition: route.map_or(0, |r| r.partition),
             header_invalid,
             header_untrusted,
+            under,
+            header_ignored,
         }
     }
 }

@@ -67,6 +67,36 @@ pub struct Config {
     /// instances need `tidegate_tower::peers::PeerBoardLayer` (the lab's origin:
     /// `tidegate origin --peers`). Off unless set.
     pub peers: Option<tidegate_core::peers::PeerConfig>,
+    /// How the proxy acts on its upstream's cut-off (`tidegate-cutoff`) in a call chain
+    /// (`docs/feedback.md`).
+    pub feedback: FeedbackConfig,
+}
+
+/// The proxy as a caller in a call chain: what it does with its upstream's cut-off hints
+/// beyond dropping what they refuse (`docs/feedback.md`). Both off by default: together
+/// with the gates' `queue.hold_back_starving` they keep a chain's work at a cost of
+/// goodput (`docs/experiments/README.md`, "Fleets and call chains").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeedbackConfig {
+    /// At the edge of a call chain: forward every request with the hint it was admitted
+    /// under (`under=R` in the priority header, on a field line after the priority's),
+    /// unless it came with one, so that no later proxy or outbound layer drops a call of
+    /// its chain on a hint that admits it. Needs `priority.forward`. Default false.
+    pub hold_for_chain: bool,
+    /// When the upstream's hint loosens or lapses, the least important rank the proxy sends
+    /// rises toward it by at most this many ranks a second; it follows a deeper hint at
+    /// once. 0: at once. Default 0.
+    pub reopen_rate: f64,
+}
+
+impl Default for FeedbackConfig {
+    fn default() -> FeedbackConfig {
+        FeedbackConfig {
+            hold_for_chain: false,
+            reopen_rate: 0.0,
+        }
+    }
 }
 
 impl Default for Config {
@@ -89,6 +119,7 @@ impl Default for Config {
             dashboard: DashboardConfig::default(),
             streams: StreamsConfig::default(),
             peers: None,
+            feedback: FeedbackConfig::default(),
         }
     }
 }
@@ -391,6 +422,20 @@ impl Config {
             if value == 0 {
                 return invalid(key, "must be at least 1".to_owned());
             }
+        }
+        let rate = self.feedback.reopen_rate;
+        if !(rate.is_finite() && rate >= 0.0) {
+            return invalid(
+                "feedback.reopen_rate",
+                format!("{rate} is not a number of ranks a second (0 or more)"),
+            );
+        }
+        let forwarded = self.priority.forward && !self.priority.header.is_empty();
+        if self.feedback.hold_for_chain && !forwarded {
+            return invalid(
+                "feedback.hold_for_chain",
+                "the hint travels in the priority header: needs priority.forward and priority.header".to_owned(),
+            );
         }
         if !matches!(self.server.shed_status, 429 | 503) {
             return invalid(

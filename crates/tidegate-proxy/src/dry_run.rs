@@ -83,10 +83,11 @@ pub(crate) fn judge(
     upstream: &Upstream,
     partition: usize,
     priority: Priority,
+    under: Option<u16>,
     now: u64,
 ) -> Option<Shadow> {
     let slot = &upstream.gates[partition];
-    if upstream.cutoff.refuses(now, priority).is_some() {
+    if upstream.cutoff.refuses(now, priority, under).is_some() {
         slot.would_shed.count(priority.tier(), Reason::Cutoff);
         return None;
     }

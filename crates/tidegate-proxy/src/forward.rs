@@ -11,6 +11,7 @@ use http::header::Entry;
 use http::header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE, VIA};
 use http::{HeaderMap, HeaderName, HeaderValue, Version};
 use tidegate_core::Priority;
+use tidegate_core::priority::PriorityHeader;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
@@ -109,6 +110,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub(crate) struct Forwarding {
     /// The header the priority is sent in, with a value per rank; `None` when not forwarded.
     priority: Option<(HeaderName, Vec<HeaderValue>)>,
+    /// The field line of the chain's hint (`under=R`), by rank.
+    unders: Vec<HeaderValue>,
+    /// `feedback.hold_for_chain`: a request that comes with no chain hint is forwarded with
+    /// the one this proxy admits it under.
+    pub(crate) hold_for_chain: bool,
     /// The version of the requests sent upstream.
     pub(crate) upstream_version: Version,
 }
@@ -124,8 +130,13 @@ impl Forwarding {
                 .collect();
             (name, values)
         });
+        let unders = (0..tidegate_core::priority::RANKS as u16)
+            .filter_map(|rank| HeaderValue::from_str(&PriorityHeader::under_line(rank)).ok())
+            .collect();
         Forwarding {
             priority,
+            unders,
+            hold_for_chain: false,
             upstream_version: if upstream_http2 {
                 Version::HTTP_2
             } else {
@@ -136,7 +147,8 @@ impl Forwarding {
 
     /// Rewrites a request's headers for the upstream. `client` is the client's address as a
     /// header value (made once per connection); `default_host` the upstream's, for a request
-    /// that names no host.
+    /// that names no host; `(priority, under)` the priority in force and the hint the
+    /// request's chain was admitted under, if any.
     pub(crate) fn request_headers(
         &self,
         headers: &mut HeaderMap,
@@ -144,7 +156,7 @@ impl Forwarding {
         authority: Option<&http::uri::Authority>,
         client: &HeaderValue,
         default_host: &HeaderValue,
-        priority: Priority,
+        (priority, under): (Priority, Option<u16>),
     ) {
         // HTTP/2 carries the host in the `:authority` pseudo-header, HTTP/1.0 may carry none;
         // an HTTP/1.1 upstream needs `Host`.
@@ -170,6 +182,11 @@ impl Forwarding {
         headers.append(VIA, via(version));
         if let Some((name, values)) = &self.priority {
             headers.insert(name.clone(), values[usize::from(priority.rank())].clone());
+            // The chain's hint on a line of its own after the priority's, which a reader
+            // of the first line alone (tidegate before it) does not see (docs/feedback.md).
+            if let Some(value) = under.and_then(|rank| self.unders.get(usize::from(rank))) {
+                headers.append(name.clone(), value.clone());
+            }
         }
     }
 }
@@ -289,7 +306,7 @@ mod tests {
             Some(&authority),
             &client,
             &upstream,
-            Priority::new(1, 17).unwrap(),
+            (Priority::new(1, 17).unwrap(), None),
         );
         assert_eq!(headers["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 10.0.0.7");
         assert_eq!(headers.get_all("x-forwarded-for").iter().count(), 1);
@@ -303,7 +320,7 @@ mod tests {
             None,
             &client,
             &upstream,
-            Priority::LOWEST,
+            (Priority::LOWEST, None),
         );
         assert_eq!(plain["x-forwarded-for"], "10.0.0.7");
         assert_eq!(plain["host"], "kept");
@@ -317,10 +334,26 @@ mod tests {
             None,
             &client,
             &upstream,
-            Priority::LOWEST,
+            (Priority::LOWEST, None),
         );
         assert_eq!(http10["host"], "upstream:80");
         assert_eq!(http10["via"], "1.0 tidegate");
+        // The chain's hint goes on a line of its own after the priority's, replacing what
+        // came.
+        let mut chained = map(&[
+            ("tidegate-priority", "0/1"),
+            ("tidegate-priority", "under=9"),
+        ]);
+        forwarding.request_headers(
+            &mut chained,
+            Version::HTTP_11,
+            None,
+            &client,
+            &upstream,
+            (Priority::new(2, 94).unwrap(), Some(400)),
+        );
+        let lines: Vec<_> = chained.get_all("tidegate-priority").iter().collect();
+        assert_eq!(lines, ["2/94", "under=400"]);
     }
 
     #[test]
@@ -335,7 +368,7 @@ mod tests {
             None,
             &client,
             &host,
-            Priority::default(),
+            (Priority::default(), None),
         );
         assert_eq!(headers["te"], "trailers");
         assert!(!headers.contains_key("tidegate-priority"), "not forwarded");
@@ -347,7 +380,7 @@ mod tests {
             None,
             &client,
             &host,
-            Priority::default(),
+            (Priority::default(), None),
         );
         assert!(!headers.contains_key("te"));
     }

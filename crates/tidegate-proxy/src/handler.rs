@@ -190,6 +190,12 @@ pub(crate) async fn handle(
     if class.header_untrusted {
         shared.metrics.priority_untrusted.inc();
     }
+    if class.header_ignored > 0 {
+        shared
+            .metrics
+            .priority_ignored
+            .inc_by(u64::from(class.header_ignored));
+    }
     let grpc = grpc::is_grpc(request.headers());
     let (pick, upstream) = {
         let upstreams = shared.upstreams.load();
@@ -219,9 +225,18 @@ pub(crate) async fn handle(
         }
     };
     if upstream.dry_run.load(Ordering::Relaxed) {
-        completion.shadow = dry_run::judge(&upstream, class.partition, class.priority, arrived);
+        completion.shadow = dry_run::judge(
+            &upstream,
+            class.partition,
+            class.priority,
+            class.under,
+            arrived,
+        );
     } else {
-        if let Some(rank) = upstream.cutoff.refuses(arrived, class.priority) {
+        if let Some(rank) = upstream
+            .cutoff
+            .refuses(arrived, class.priority, class.under)
+        {
             // The upstream said it refuses this priority for now: shed it here, before any
             // work is spent on it (docs/feedback.md).
             completion.finish(Class::Shed, None);
@@ -249,11 +264,19 @@ pub(crate) async fn handle(
             }
         }
     }
+    // The hint the request's chain was admitted under travels with it: the one it came
+    // with, or at the edge of a chain, this proxy's line for its upstream (docs/feedback.md).
+    let under = class.under.or_else(|| {
+        shared
+            .forwarding
+            .hold_for_chain
+            .then(|| upstream.cutoff.under(arrived))
+    });
     let sent = send(
         &shared,
         client,
         request,
-        class.priority,
+        (class.priority, under),
         upstream,
         stream,
         completion,
@@ -271,7 +294,7 @@ fn send(
     shared: &Arc<Shared>,
     client: Peer,
     request: Request<Incoming>,
-    priority: tidegate_core::Priority,
+    (priority, under): (tidegate_core::Priority, Option<u16>),
     upstream: Arc<Upstream>,
     stream: Option<Box<stream::Candidate>>,
     mut completion: Completion,
@@ -288,7 +311,7 @@ fn send(
         parts.uri.authority(),
         &client.address,
         upstream.target.host(),
-        priority,
+        (priority, under),
     );
     if let Some(stream) = &stream {
         stream.forward_headers(&mut parts.headers);

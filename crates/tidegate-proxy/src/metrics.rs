@@ -13,6 +13,7 @@
 //! | `tidegate_upstream_abandoned` | gauge | `upstream` | requests whose client went away that the upstream still has, their slots held (`server.on_client_gone = "wait"`) |
 //! | `tidegate_lease_header_invalid_total` | counter | `upstream` | `tidegate-lease` headers that did not parse (ignored) |
 //! | `tidegate_priority_header_invalid_total` | counter | | priority headers that did not parse (the request got the default priority) |
+//! | `tidegate_priority_header_ignored_total` | counter | | members of priority headers after the priority that did not parse (a chain hint `under=` that is not a rank), ignored (the request kept its priority) |
 //! | `tidegate_priority_header_untrusted_total` | counter | | priority headers from clients outside `trust.sources`, not read (the request got the route's or the default priority) |
 //! | `tidegate_client_connections` | gauge | | client connections open (`crate::connection`) |
 //! | `tidegate_client_connections_closed_total` | counter | `reason` | client connections the proxy closed itself: `max_connections`, `header_timeout`, `write_timeout`, `idle_timeout`, `ping_timeout` |
@@ -153,6 +154,8 @@ pub(crate) struct ProxyMetrics {
     cutoff_invalid: Family<Labels, Counter>,
     peers_invalid: Family<Labels, Counter>,
     pub(crate) priority_invalid: Counter,
+    /// Malformed members of priority headers after the priority, ignored.
+    pub(crate) priority_ignored: Counter,
     /// Priority headers from clients outside `trust.sources`, not read.
     pub(crate) priority_untrusted: Counter,
     /// Requests answered 503 because every upstream was ejected.
@@ -176,6 +179,7 @@ impl ProxyMetrics {
         let cutoff_invalid = Family::<Labels, Counter>::default();
         let peers_invalid = Family::<Labels, Counter>::default();
         let priority_invalid = Counter::default();
+        let priority_ignored = Counter::default();
         let priority_untrusted = Counter::default();
         registry.register(
             "tidegate_request_duration_seconds",
@@ -223,6 +227,11 @@ impl ProxyMetrics {
             priority_invalid.clone(),
         );
         registry.register(
+            "tidegate_priority_header_ignored",
+            "Members of priority headers after the priority that did not parse (a chain hint that is not a rank); ignored, the priority taken",
+            priority_ignored.clone(),
+        );
+        registry.register(
             "tidegate_priority_header_untrusted",
             "Priority headers from clients outside trust.sources; the request got the route's or the default priority",
             priority_untrusted.clone(),
@@ -249,6 +258,7 @@ impl ProxyMetrics {
             cutoff_invalid,
             peers_invalid,
             priority_invalid,
+            priority_ignored,
             priority_untrusted,
             unavailable,
             refused,

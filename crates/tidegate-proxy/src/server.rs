@@ -85,7 +85,7 @@ impl Proxy {
             .collect::<Result<Vec<_>, Error>>()?;
         let upstreams = Arc::new(ArcSwap::from_pointee(Upstreams::new(upstreams)));
         registry.register_collector(Box::new(LiveGates::new(upstreams.clone())));
-        let forwarding = Forwarding::new(
+        let mut forwarding = Forwarding::new(
             config
                 .priority
                 .forward
@@ -93,6 +93,7 @@ impl Proxy {
                 .flatten(),
             config.client.http2,
         );
+        forwarding.hold_for_chain = config.feedback.hold_for_chain;
         let shared = Shared::new(
             upstreams,
             classifier,

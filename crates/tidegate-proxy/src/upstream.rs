@@ -135,7 +135,7 @@ impl Upstream {
             target,
             gates,
             health: Health::new(&name, config.ejection.clone()),
-            cutoff: Default::default(),
+            cutoff: crate::cutoff::UpstreamCutoff::new(config.feedback.reopen_rate),
             peers: config.peers.clone().map(|peers| (peer_id(), peers)),
             dry_run: (config.mode_of(upstream) == Mode::DryRun).into(),
             streams: streams.upstream(&name),

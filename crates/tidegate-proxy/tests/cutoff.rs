@@ -73,3 +73,169 @@ async fn a_malformed_cutoff_is_ignored_and_counted() {
         2.0
     );
 }
+
+/// A request with the given `tidegate-priority` field lines.
+fn with_lines(url: String, lines: &[&str]) -> Request<TestBody> {
+    let mut request = Request::get(url).body(empty()).unwrap();
+    for &line in lines {
+        request
+            .headers_mut()
+            .append("tidegate-priority", line.parse().unwrap());
+    }
+    request
+}
+
+/// The `tidegate-priority` field lines of the last request the origin got.
+fn lines_seen(origin: &Origin) -> Vec<String> {
+    origin
+        .last_seen()
+        .headers
+        .get_all("tidegate-priority")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_edge_stamps_the_hint_it_admits_under_and_no_proxy_drops_a_chain_it_admits() {
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.feedback.hold_for_chain = true;
+    let proxy = TestProxy::start(config).await;
+    let client = client();
+    // No hint held: admitted under every rank.
+    let ok = send(&client, with_lines(proxy.url("/echo"), &["1/0"])).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(lines_seen(&origin), ["1/0", "under=767"]);
+    // The upstream cuts past rank 300.
+    send(&client, with_lines(proxy.url("/cutoff/300/10s"), &["0"])).await;
+    let ok = send(&client, with_lines(proxy.url("/echo"), &["1/0"])).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(lines_seen(&origin), ["1/0", "under=300"]);
+    // Rank 350 (2/94), a new chain: shed before sending.
+    let shed = send(&client, with_lines(proxy.url("/echo"), &["2/94"])).await;
+    assert_eq!(shed.headers()["tidegate-shed"], "cutoff");
+    // A call of a chain an edge admitted under rank 400: sent, its hint as it came.
+    for lines in [&["2/94", "under=400"][..], &["2/94, under=400"]] {
+        let ok = send(&client, with_lines(proxy.url("/echo"), lines)).await;
+        assert_eq!(ok.status(), StatusCode::OK, "{lines:?}");
+        assert_eq!(lines_seen(&origin), ["2/94", "under=400"]);
+    }
+    // Admitted under a hint that did not admit it, or a malformed one: shed; the malformed
+    // member ignored and counted, the priority kept.
+    let served = origin.served();
+    for lines in [&["2/94", "under=349"][..], &["2/94", "under=most"]] {
+        let shed = send(&client, with_lines(proxy.url("/echo"), lines)).await;
+        assert_eq!(shed.headers()["tidegate-shed"], "cutoff", "{lines:?}");
+    }
+    assert_eq!(origin.served(), served);
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        metrics.sum("tidegate_priority_header_ignored_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        metrics.sum("tidegate_priority_header_invalid_total", &[]),
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn a_proxy_not_at_the_edge_passes_the_hint_on_and_stamps_none() {
+    let origin = Origin::start("a").await;
+    let proxy = TestProxy::start(config(&[&origin])).await;
+    let client = client();
+    send(&client, with_lines(proxy.url("/echo"), &["1/0"])).await;
+    assert_eq!(lines_seen(&origin), ["1/0"]);
+    send(&client, with_lines(proxy.url("/echo"), &["1/0", "under=5"])).await;
+    assert_eq!(lines_seen(&origin), ["1/0", "under=5"]);
+}
+
+#[tokio::test]
+async fn the_edge_reopens_at_its_rate() {
+    // 100 ranks a second: from rank 127, the least important rank 767 is 6.4 s away.
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.feedback.hold_for_chain = true;
+    config.feedback.reopen_rate = 100.0;
+    let proxy = TestProxy::start(config).await;
+    let client = client();
+    send(&client, with_lines(proxy.url("/cutoff/127/100ms"), &["0"])).await;
+    let shed = send(&client, with_lines(proxy.url("/echo"), &["5/127"])).await;
+    assert_eq!(shed.headers()["tidegate-shed"], "cutoff");
+    // Once the hint has lapsed, the line rises from 127 toward every rank, not at once.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let shed = send(&client, with_lines(proxy.url("/echo"), &["5/127"])).await;
+    assert_eq!(shed.headers()["tidegate-shed"], "cutoff");
+    let ok = send(&client, with_lines(proxy.url("/echo"), &["0"])).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    let under: u16 = lines_seen(&origin)[1]
+        .strip_prefix("under=")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((128..767).contains(&under), "{under}");
+}
+
+#[tokio::test]
+async fn a_shedding_gate_holds_back_the_ranks_starving_in_its_queue() {
+    // One request at a time, held at the origin: tier 1 (1/5, rank 133) waits in the queue
+    // behind it past half the queue's timeout (200 of 400 ms), while PIE cuts tier 4.
+    let origin = Origin::start("a").await;
+    let mut config = config(&[&origin]);
+    config.gate.limit.algorithm = tidegate_core::config::LimitAlgorithm::Fixed;
+    config.gate.limit.fixed.limit = 1;
+    config.gate.queue.timeout = tidegate_core::Nanos::from_millis(400);
+    config.gate.queue.wait_bound = f64::INFINITY;
+    config.gate.queue.hold_back_starving = true;
+    let proxy = TestProxy::start(config).await;
+    let client = client();
+    let holding = {
+        let (client, url) = (client.clone(), proxy.url("/hold"));
+        tokio::spawn(async move { send(&client, with_lines(url, &["0"])).await })
+    };
+    origin.wait_held(1).await;
+    // Tier 1 and tier 4 arrive every 10 ms and wait behind the held request; what the
+    // refusals of tier 4 say comes back on a channel.
+    let (said_tx, mut said_rx) = tokio::sync::mpsc::unbounded_channel();
+    let load = {
+        let (client, proxy_url) = (client.clone(), proxy.url("/echo"));
+        tokio::spawn(async move {
+            loop {
+                for priority in ["1/5", "4/9"] {
+                    let (client, url, said) = (client.clone(), proxy_url.clone(), said_tx.clone());
+                    tokio::spawn(async move {
+                        let response = send(&client, with_lines(url, &[priority])).await;
+                        let cutoff = response.headers().get("tidegate-cutoff").and_then(|v| {
+                            v.to_str()
+                                .ok()?
+                                .parse::<tidegate_core::feedback::CutoffHeader>()
+                                .ok()
+                        });
+                        if let Some(cutoff) = cutoff {
+                            let _ = said.send(cutoff.rank);
+                        }
+                    });
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let said = within("a refusal that holds tier 1 back", async {
+        loop {
+            let rank = said_rx.recv().await.unwrap();
+            if rank < 512 {
+                break rank;
+            }
+        }
+    })
+    .await;
+    load.abort();
+    // The most important rank waiting that long is 133: it and every rank after it are held
+    // back, though the regulator still admits tier 1.
+    assert_eq!(said, 132);
+    let cut = proxy.gate("a").await["cutoff_rank"].as_u64();
+    assert!(cut.is_some_and(|cut| cut > 133), "{cut:?}");
+    origin.release(1);
+    holding.await.unwrap();
+}

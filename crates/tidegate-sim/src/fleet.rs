@@ -139,25 +139,27 @@ pub struct FleetArm {
     /// Default true.
     #[serde(default = "yes")]
     pub peers: bool,
-    /// With `feedback`: the edge proxy stamps each request it admits with the cut-off hint
-    /// it held for the hops behind (or none), the stamp travels with the priority, and no
-    /// later caller or proxy drops a call of that chain on a hint that the stamp admits:
-    /// the hints hold back new chains, and the callee's own gate decides about the started
-    /// ones. Not in the proxy or the tower layers (it needs the stamp in
-    /// `tidegate-priority`). Default false.
+    /// With `feedback`: the edge proxy stamps each request it admits with the hint it
+    /// admitted it under (`under=` in `tidegate-priority`; 767 when it held none), the stamp
+    /// travels with the priority, and no later caller or proxy drops a call of that chain on
+    /// a hint that the stamp admits (`Feedback::refuses_in_chain`): the hints hold back new
+    /// chains, and the callee's own gate decides about the started ones. The proxy's
+    /// `feedback.hold_for_chain`. Default false.
     #[serde(default)]
     pub hint_holds_for_chain: bool,
     /// With `feedback`: when an edge proxy's hint for the hops behind loosens (a deeper one
     /// lapsed, or a looser one came), the rank it admits up to rises toward it by at most
-    /// this many ranks a second. The callees' cut-offs relax as their queues empty; edge
-    /// proxies that sent the whole band again at once sent a surge that deepened them
-    /// again, past chains just admitted. Not in the proxy. Default none (the hint at once).
+    /// this many ranks a second (`Feedback::reopening`; 0: at once). The callees' cut-offs
+    /// relax as their queues empty; edge proxies that sent the whole band again at once sent
+    /// a surge that deepened them again, past chains just admitted. The proxy's
+    /// `feedback.reopen_rate`. Default none (the hint at once).
     #[serde(default)]
     pub hint_reopens: Option<NonNegative>,
     /// With `feedback`: a cutting gate's header also holds back every rank from the most
-    /// important one with a call waiting in its queue this long. A priority queue that
-    /// never empties starves its least important admitted rank, whose calls expire at the
-    /// queue's timeout after the header said they were admitted. Not in the proxy. Default
+    /// important one with a call waiting in its queue this long (`Gate::told_cutoff_with`).
+    /// A priority queue that never empties starves its least important admitted rank, whose
+    /// calls expire at the queue's timeout after the header said they were admitted. The
+    /// proxy's `queue.hold_back_starving`, which waits half the queue's timeout. Default
     /// none.
     #[serde(default)]
     pub hint_starving: Option<Nanos>,

@@ -37,8 +37,7 @@ impl Advert {
                 (lease::HEADER, lease.to_string())
             }
             Advert::Cutoff { ttl } => {
-                let regulator = gate.snapshot().regulator;
-                let cutoff = CutoffHeader::of(&regulator, Nanos::from(ttl))?;
+                let cutoff = CutoffHeader::of_rank(gate.told_cutoff(), Nanos::from(ttl))?;
                 (feedback::HEADER, cutoff.to_string())
             }
         };

@@ -74,8 +74,9 @@ impl Shed {
     }
 
     /// The least important rank the gate's regulator still admitted when it decided (`None`
-    /// when it cut off none): what a `tidegate-cutoff` header on the refusal says, read
-    /// without locking the gate again.
+    /// when it cut off none), with the queue's `hold_back_starving` no less important than
+    /// the most important rank starving in the queue ([`tidegate_core::gate::Gate::told_cutoff`]):
+    /// what a `tidegate-cutoff` header on the refusal says.
     pub fn cutoff_rank(&self) -> Option<u16> {
         self.cutoff_rank
     }

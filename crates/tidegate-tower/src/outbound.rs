@@ -7,7 +7,10 @@
 //!   [`with_priority`] and [`PriorityScope`] set), so that the callee ranks it as the edge did;
 //! - drops, before sending, a request the callee said it would refuse: the `tidegate-cutoff`
 //!   header of its responses (`docs/feedback.md`, DAGOR's idea) holds a rank below which it
-//!   refuses, for a while ([`Throttled::Cutoff`]);
+//!   refuses, for a while ([`Throttled::Cutoff`]), unless the edge admitted the chain of the
+//!   request being served under a hint that admits it (`under=` in `tidegate-priority`,
+//!   stamped on along with the priority: [`Served`]); with [`OutboundLayer::reopening`],
+//!   the rank it sends up to rises back at a bounded rate when the hint loosens;
 //! - throttles adaptively (Google SRE): while the callee refuses more than half of what it is
 //!   sent, requests are rejected locally with probability `max(0, (requests - K * accepts) /
 //!   (requests + 1))` ([`Throttled::Adaptive`], `tidegate_core::outbound::AdaptiveThrottle`).
@@ -24,8 +27,8 @@ mod priority;
 mod retry;
 
 pub use priority::{
-    PRIORITY_HEADER, PriorityScope, PriorityScopeLayer, current_priority, header_priority,
-    with_priority,
+    PRIORITY_HEADER, PriorityScope, PriorityScopeLayer, Served, current_priority, current_served,
+    header_priority, header_served, with_priority, with_served,
 };
 pub use retry::{RetryFuture, RetryLayer, Retrying};
 
@@ -50,7 +53,8 @@ use tower::{BoxError, Layer, Service};
 pub enum Throttled {
     /// The callee refuses this priority for now (its `tidegate-cutoff` header).
     Cutoff {
-        /// The least important rank the callee still admits.
+        /// The least important rank the layer sends now: the callee's hint, or the line
+        /// reopening toward it.
         rank: u16,
     },
     /// The adaptive throttle: the callee has been refusing most of what it is sent.
@@ -173,6 +177,16 @@ impl OutboundLayer {
         }
     }
 
+    /// The same layer, its line reopening slowly: when the callee's hint loosens or lapses,
+    /// the least important rank it sends rises toward it by at most `per_second` ranks a
+    /// second, and follows a deeper one at once ([`Feedback::reopening`],
+    /// `docs/feedback.md`). For a caller at the edge of a call chain; not a positive number:
+    /// at once, as without it.
+    pub fn reopening(self, per_second: f64) -> OutboundLayer {
+        self.shared.state().feedback = Feedback::reopening(per_second);
+        self
+    }
+
     pub fn stats(&self) -> OutboundStats {
         let state = self.shared.state();
         OutboundStats {
@@ -229,23 +243,21 @@ where
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let priority = header_priority(request.headers())
-            .or_else(current_priority)
-            .unwrap_or(self.shared.default);
-        if let Ok(value) = HeaderValue::from_str(&priority.to_string()) {
-            request.headers_mut().insert(PRIORITY_HEADER, value);
-        }
+        let served = header_served(request.headers())
+            .map(|(served, _)| served)
+            .or_else(current_served)
+            .unwrap_or(self.shared.default.into());
+        priority::stamp(request.headers_mut(), served);
         let now = self.shared.now();
         let refused = {
             let mut guard = self.shared.state();
             let state = &mut *guard;
-            if let Some(hint) = state
+            if let Some(rank) = state
                 .feedback
-                .hint(now)
-                .filter(|hint| hint.refuses(now, priority))
+                .refuses_in_chain(now, served.priority, served.under)
             {
                 state.stats.cut_off += 1;
-                Some(Throttled::Cutoff { rank: hint.rank })
+                Some(Throttled::Cutoff { rank })
             } else if let Some(throttle) = state.throttle.as_mut()
                 && !throttle.admit(now, &mut state.rng)
             {

@@ -71,6 +71,10 @@ pub(crate) struct Inner {
     /// The regulator's cut-off rank as of the last settle ([`NO_CUTOFF`] for none), so that a
     /// shed request carries it without a second trip through the lock.
     cutoff_rank: AtomicU32,
+    /// [`QueueConfig::hold_back_starving`](tidegate_core::gate::QueueConfig): a shed request
+    /// then carries the cut-off the gate tells ([`Gate::told_cutoff`]), read under the lock
+    /// when it is shed; admissions and completions never look at the queue for it.
+    hold_back_starving: bool,
     clock: Clock,
     retry_after: std::time::Duration,
     /// Time spent queued by requests admitted from the queue, in seconds.
@@ -130,6 +134,7 @@ impl SharedGate {
                 lending: AtomicBool::new(false),
                 returned: ArrayQueue::new(RETURNED_CAPACITY),
                 cutoff_rank: AtomicU32::new(NO_CUTOFF),
+                hold_back_starving: config.queue.hold_back_starving,
                 clock: Clock::new(clock),
                 retry_after,
                 queue_wait: Histogram::new(buckets),
@@ -163,6 +168,14 @@ impl SharedGate {
         snapshot.inflight = snapshot.inflight.saturating_sub(credits);
         snapshot.lent = snapshot.lent.saturating_sub(credits);
         snapshot
+    }
+
+    /// The cut-off rank the gate tells its callers now ([`Gate::told_cutoff`]): the
+    /// regulator's, and with `hold_back_starving`, no less important than the most
+    /// important rank waiting half the queue's timeout. `None` while it cuts nothing.
+    pub fn told_cutoff(&self) -> Option<u16> {
+        let now = self.inner.now();
+        self.inner.lock().gate.told_cutoff(now)
     }
 
     /// The concurrency limit in force.
@@ -302,9 +315,15 @@ impl Inner {
             .store(cutoff.map_or(NO_CUTOFF, u32::from), Ordering::Relaxed);
     }
 
-    /// The regulator's cut-off rank as of the last settle.
-    fn cutoff_rank(&self) -> Option<u16> {
-        u16::try_from(self.cutoff_rank.load(Ordering::Relaxed)).ok()
+    /// The cut-off rank a shed request carries: the regulator's as of the last settle, or
+    /// with `hold_back_starving`, the one the gate tells now.
+    fn shed_cutoff_rank(&self) -> Option<u16> {
+        let cutoff = u16::try_from(self.cutoff_rank.load(Ordering::Relaxed)).ok();
+        if self.hold_back_starving && cutoff.is_some() {
+            let now = self.now();
+            return self.lock().gate.told_cutoff(now);
+        }
+        cutoff
     }
 
     /// Gives the lent slots nobody took back to the core.
@@ -401,7 +420,7 @@ impl Acquire {
         };
         Poll::Ready(match result {
             Ok(held) => Ok(Permit::new(gate, held)),
-            Err(reason) => Err(Shed::new(reason, gate.retry_after, gate.cutoff_rank())),
+            Err(reason) => Err(Shed::new(reason, gate.retry_after, gate.shed_cutoff_rank())),
         })
     }
 

@@ -738,3 +738,74 @@ fn the_peers_mean_holds_the_limit_in_force_until_it_lapses() {
     fixed.hear_peers(t(0), &mean(30.0), &config);
     assert_eq!(fixed.limit(), 10);
 }
+
+/// Cuts by rank at a fixed rank and rejects nothing itself, for what the gate tells.
+#[derive(Debug)]
+struct CutsAt(Option<u16>);
+
+impl Regulator for CutsAt {
+    fn on_arrival(&mut self, _: Time, _: Priority, _: usize) -> Verdict {
+        Verdict::Admit
+    }
+    fn on_dequeue(&mut self, _: Time, _: Nanos, _: Priority, _: usize) -> Verdict {
+        Verdict::Admit
+    }
+    fn tick(&mut self, _: Time, _: &QueueStats) {}
+    fn next_tick(&self) -> Time {
+        Time::MAX
+    }
+    fn state(&self) -> RegulatorState {
+        RegulatorState {
+            cutoff_rank: self.0,
+            ..RegulatorState::default()
+        }
+    }
+}
+
+#[test]
+fn the_told_cutoff_holds_back_ranks_starving_in_the_queue() {
+    let gate = |cut, hold_back_starving| {
+        let queue = QueueConfig {
+            timeout: Nanos::from_millis(500),
+            wait_bound: f64::INFINITY,
+            hold_back_starving,
+            ..QueueConfig::default()
+        };
+        let mut gate = Gate::new(
+            Box::new(Fixed::new(&FixedConfig { limit: 1 })),
+            Box::new(CutsAt(cut)),
+            queue,
+        );
+        let _ = admitted(gate.arrive(t(0), p(0, 0)));
+        queued(gate.arrive(t(0), p(3, 10)));
+        queued(gate.arrive(t(100), p(2, 5)));
+        queued(gate.arrive(t(300), p(1, 0)));
+        gate
+    };
+    let cut = Some(p(4, 0).rank());
+    // Off (the default): the regulator's cut-off alone.
+    assert_eq!(gate(cut, false).told_cutoff(t(400)), cut);
+    let on = gate(cut, true);
+    // Under half the timeout (250 ms) nobody starves.
+    assert_eq!(on.told_cutoff(t(249)), cut);
+    // 3/10 has waited 250 ms: it and every rank after it are held back.
+    assert_eq!(on.told_cutoff(t(250)), Some(p(3, 10).rank()));
+    // 2/5 too, at 350 ms; 1/0, more important, only 100 ms.
+    assert_eq!(on.told_cutoff(t(400)), Some(p(2, 5).rank()));
+    // A waiting rank past the cut-off does not loosen it.
+    assert_eq!(
+        gate(Some(p(2, 0).rank()), true).told_cutoff(t(400)),
+        Some(p(2, 0).rank())
+    );
+    // A gate that cuts nothing by rank says nothing, whatever waits.
+    assert_eq!(gate(None, true).told_cutoff(t(400)), None);
+    // The header names the rank before: the least important one admitted in full.
+    let ttl = Nanos::from_millis(250);
+    assert_eq!(
+        crate::feedback::CutoffHeader::told(&on, t(400), ttl),
+        Some(crate::feedback::CutoffHeader {
+            rank: p(2, 5).rank() - 1,
+            ttl
+        })
+    );
+}

@@ -4,7 +4,8 @@
 //!
 //! It does what `tidegate-tower`'s outbound layer does for a real service: it sends the
 //! priority the request came with (`tidegate-priority`, so the next hop ranks it as the first
-//! did), keeps the next hop's cut-off (`tidegate-cutoff`, `docs/feedback.md`) and drops
+//! did, with the hint the edge admitted the chain under: a call that hint admits is sent
+//! whatever the cut-off since), keeps the next hop's cut-off (`tidegate-cutoff`, `docs/feedback.md`) and drops
 //! before sending what that cut-off refuses, and says the cut-off it holds on its own
 //! response, so that the proxy in front of it stops admitting what the hop behind refuses.
 
@@ -20,6 +21,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tidegate_core::feedback::{CutoffHeader, Feedback};
+use tidegate_core::priority::PriorityHeader;
 use tidegate_core::{Nanos, Priority, Time};
 
 /// The priority header a tidegate proxy forwards and its classifier reads.
@@ -83,16 +85,22 @@ impl NextHop {
     }
 
     async fn send(&self, headers: &HeaderMap) -> Called {
-        let carried = headers.get(&PRIORITY);
-        let priority = carried
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<Priority>().ok())
-            .unwrap_or_default();
-        if self.honour_cutoff && self.feedback().refuses(self.now(), priority) {
+        // The priority and the hint the edge admitted the chain under, on their field lines.
+        let carried = headers.get_all(&PRIORITY);
+        let header =
+            PriorityHeader::parse(carried.iter().map(HeaderValue::as_bytes)).and_then(Result::ok);
+        let priority = header.map_or_else(Priority::default, |h| h.priority);
+        let under = header.and_then(|h| h.under);
+        if self.honour_cutoff
+            && self
+                .feedback()
+                .refuses_in_chain(self.now(), priority, under)
+                .is_some()
+        {
             return Called::HeldBack;
         }
         let mut request = Request::get(self.url.clone());
-        if let Some(value) = carried {
+        for value in carried {
             request = request.header(&PRIORITY, value);
         }
         let Ok(request) = request.body(Empty::new()) else {

@@ -138,69 +138,13 @@ struct Call {
     /// When the first hop admitted the chain, counted for wasted work.
     measured_edge: bool,
     /// With the arm's `hint_holds_for_chain`, once the edge proxy has admitted the chain:
-    /// the hint it held then (`None` inside: it held none), carried with the priority.
-    stamp: Option<Option<u16>>,
+    /// the hint it admitted it under (`under=` in `tidegate-priority`: 767 when it held
+    /// none), carried with the priority.
+    under: Option<u16>,
     issued: u32,
     pending: u32,
     /// The first of its calls to the next hop that failed.
     failure: Option<Failure>,
-    /// When its proxy's gate queued it, while it waits there.
-    queued: Option<Time>,
-}
-
-impl Call {
-    /// Whether a call of this chain ranked `priority` is sent whatever the hints: the edge
-    /// admitted its chain under a hint (or none) that admits it (`hint_holds_for_chain`).
-    fn spared(&self, priority: Priority) -> bool {
-        self.stamp
-            .is_some_and(|under| under.is_none_or(|rank| priority.rank() <= rank))
-    }
-}
-
-/// The rank an edge proxy admits up to while its hint for the hops behind loosens by at most
-/// a rate (the arm's `hint_reopens`): it follows a hint that deepens at once, and one that
-/// loosens, or lapses, at the rate.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Reopening {
-    at: Time,
-    rank: f64,
-}
-
-impl Default for Reopening {
-    fn default() -> Reopening {
-        Reopening {
-            at: Time::ZERO,
-            rank: LEAST_IMPORTANT,
-        }
-    }
-}
-
-/// The least important rank, as the line of a proxy that holds no hint.
-const LEAST_IMPORTANT: f64 = (tidegate_core::priority::RANKS - 1) as f64;
-
-impl Reopening {
-    /// Moves the line to `now`, toward `hint` (none: every rank), by at most `per_second`
-    /// ranks a second; returns the least important rank it admits.
-    pub(super) fn line(&mut self, now: Time, hint: Option<u16>, per_second: f64) -> u16 {
-        let hint = hint.map_or(LEAST_IMPORTANT, f64::from);
-        let risen = self.rank + per_second * (now - self.at).as_secs_f64();
-        self.rank = hint.min(risen);
-        self.at = now;
-        // Whole ranks, and at most the least important: the cast cannot overflow.
-        self.rank.floor() as u16
-    }
-}
-
-/// The most important rank among calls waiting in a queue since at least `since`, if any:
-/// a rank the queue may well starve (the arm's `hint_starving`).
-pub(super) fn starving(
-    waiting: impl Iterator<Item = (Time, Priority)>,
-    since: Time,
-) -> Option<u16> {
-    waiting
-        .filter(|&(queued, _)| queued <= since)
-        .map(|(_, priority)| priority.rank())
-        .min()
 }
 
 #[derive(Debug)]
@@ -213,8 +157,6 @@ struct Proxy {
     cohorts: CohortMap,
     /// Calls at the proxy or beyond, for least-loaded balancing.
     outstanding: u32,
-    /// The edge's line as it reopens, with the arm's `hint_reopens`.
-    reopening: Reopening,
     /// Which of the hop's instances it sends an admitted call to.
     upstreams: Upstreams,
 }
@@ -352,7 +294,12 @@ impl<'a> Engine<'a> {
                         }),
                         tickets: FastMap::default(),
                         tick_at: Time::MAX,
-                        feedback: Feedback::default(),
+                        // With the arm's `hint_reopens`, the edge's line for the hops behind
+                        // reopens at its rate.
+                        feedback: match arm.hint_reopens {
+                            Some(rate) if h == 0 => Feedback::reopening(rate.get()),
+                            _ => Feedback::default(),
+                        },
                         cohorts: CohortMap {
                             salt: if arm.shared_salt {
                                 scenario.salt
@@ -362,7 +309,6 @@ impl<'a> Engine<'a> {
                             ..CohortMap::default()
                         },
                         outstanding: 0,
-                        reopening: Reopening::default(),
                         upstreams: Upstreams::new(config.instances.get() as usize),
                     })
                     .collect(),
@@ -582,8 +528,8 @@ impl<'a> Engine<'a> {
 
     /// A call to `hop`, sent now: through the hop's balancer to one of its proxies.
     fn call(&mut self, hop: u16, parent: Parent, carried: Option<Priority>, user: u32, tier: u8) {
-        let stamp = match parent {
-            Parent::Call(parent) => self.calls[parent].stamp,
+        let under = match parent {
+            Parent::Call(parent) => self.calls[parent].under,
             Parent::Attempt(_) => None,
         };
         let h = &mut self.hops[usize::from(hop)];
@@ -605,11 +551,10 @@ impl<'a> Engine<'a> {
             permit: None,
             admitted: false,
             measured_edge: false,
-            stamp,
+            under,
             issued: 0,
             pending: 0,
             failure: None,
-            queued: None,
         });
         self.schedule(self.now + network, Event::AtProxy(call));
     }
@@ -626,23 +571,17 @@ impl<'a> Engine<'a> {
             c.carried.unwrap_or_default()
         };
         self.calls[call].priority = priority;
-        let hint = p.feedback.hint(now).map(|hint| hint.rank);
-        // The edge admits up to its reopening line rather than the hint, when it reopens.
-        let line = match self.arm.hint_reopens {
-            Some(rate) if hop == 0 => Some(p.reopening.line(now, hint, rate.get())),
-            _ => hint,
-        };
-        if self.arm.feedback
-            && !self.calls[call].spared(priority)
-            && line.is_some_and(|line| priority.rank() > line)
-        {
+        // The edge admits up to its reopening line rather than the hint, when it reopens; no
+        // proxy drops a call of a chain the edge admitted under a hint that admits it.
+        let under = self.calls[call].under;
+        if self.arm.feedback && p.feedback.refuses_in_chain(now, priority, under).is_some() {
             self.result.hint_cuts += 1;
             self.refuse(call, Refusal::Hint);
             return;
         }
         if hop == 0 && self.arm.feedback && self.arm.hint_holds_for_chain {
             // The line the edge admits it under, which the chain's calls carry.
-            self.calls[call].stamp = Some(line);
+            self.calls[call].under = Some(p.feedback.under(now));
         }
         match p.gate.as_mut().map(|gate| gate.arrive(now, priority)) {
             None => self.dispatch(call),
@@ -651,7 +590,6 @@ impl<'a> Engine<'a> {
                 self.dispatch(call);
             }
             Some(Arrival::Queued(ticket)) => {
-                self.calls[call].queued = Some(now);
                 p.tickets.insert(ticket, call);
             }
             Some(Arrival::Rejected(reason)) => self.refuse(call, Refusal::Rejected(reason)),
@@ -814,9 +752,9 @@ impl<'a> Engine<'a> {
         let carried = self.arm.priority_travels.then_some(c.priority);
         let (hop, user, tier, instance) = (c.hop, c.user, c.tier, c.instance);
         let sent = carried.unwrap_or_default();
-        let spared = self.calls[parent].spared(sent);
-        let i = &self.hops[usize::from(hop)].instances[instance as usize];
-        if self.arm.feedback && !spared && i.feedback.refuses(now, sent) {
+        let under = self.calls[parent].under;
+        let i = &mut self.hops[usize::from(hop)].instances[instance as usize];
+        if self.arm.feedback && i.feedback.refuses_in_chain(now, sent, under).is_some() {
             // The caller's outbound layer drops it: the next hop would refuse it.
             self.result.hint_cuts += 1;
             self.result.shed[usize::from(hop) + 1] += 1;
@@ -922,22 +860,11 @@ impl<'a> Engine<'a> {
         let p = &mut self.hops[hop].proxies[proxy];
         p.outstanding -= 1;
         let cutoff = if self.arm.feedback {
-            let mut own = p
-                .gate
-                .as_ref()
-                .and_then(|gate| CutoffHeader::of(&gate.regulator_state(), CUTOFF_TTL));
             // A cutting gate also holds back the ranks its queue starves.
-            if let (Some(header), Some(after)) = (own.as_mut(), self.arm.hint_starving)
-                && let Some(since) = now.as_nanos().checked_sub(after.as_nanos())
-            {
-                let waiting = p.tickets.values().filter_map(|&c| {
-                    let c = &self.calls[c];
-                    c.queued.map(|queued| (queued, c.priority))
-                });
-                if let Some(rank) = starving(waiting, Time::from_nanos(since)) {
-                    header.rank = header.rank.min(rank.saturating_sub(1));
-                }
-            }
+            let own = p.gate.as_ref().and_then(|gate| {
+                let told = gate.told_cutoff_with(now, self.arm.hint_starving);
+                CutoffHeader::of_rank(told, CUTOFF_TTL)
+            });
             let behind = p.feedback.hint(now).map(|hint| CutoffHeader {
                 rank: hint.rank,
                 ttl: hint.expires - now,

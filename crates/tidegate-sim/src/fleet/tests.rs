@@ -152,38 +152,3 @@ fn a_chain_admitted_under_a_hint_is_not_dropped_on_a_later_one() {
     assert_eq!(on_hints(&held), 0, "{held:?}");
     assert!(held.goodput_share() > 0.85, "{held:?}");
 }
-
-#[test]
-fn the_edge_follows_a_deeper_hint_at_once_and_a_looser_one_at_its_rate() {
-    use super::engine::Reopening;
-    use tidegate_core::Time;
-    let at = |ms| Time::ZERO + Nanos::from_millis(ms);
-    let mut line = Reopening::default();
-    // No hint: every rank; a hint deeper than the line: at once.
-    assert_eq!(line.line(at(0), None, 60.0), 767);
-    assert_eq!(line.line(at(10), Some(300), 60.0), 300);
-    // The hint lapses: 60 ranks a second, not every rank at once.
-    assert_eq!(line.line(at(510), None, 60.0), 330);
-    // Deeper again, then looser: the looser one is reached at the rate.
-    assert_eq!(line.line(at(520), Some(200), 60.0), 200);
-    assert_eq!(line.line(at(1_520), Some(400), 60.0), 260);
-    assert_eq!(line.line(at(5_520), Some(400), 60.0), 400);
-}
-
-#[test]
-fn the_ranks_waiting_long_in_a_queue_are_held_back_from_the_most_important() {
-    use super::engine::starving;
-    use tidegate_core::Priority;
-    use tidegate_core::Time;
-    let at = |ms| Time::ZERO + Nanos::from_millis(ms);
-    let rank = |r: u16| Priority::new(u32::from(r / 128), u32::from(r % 128)).expect("valid");
-    let waiting = [
-        (at(0), rank(400)),
-        (at(100), rank(300)),
-        (at(300), rank(200)),
-    ];
-    // At 400 ms, what has waited 250 ms was queued by 150 ms: ranks 400 and 300.
-    assert_eq!(starving(waiting.into_iter(), at(150)), Some(300));
-    assert_eq!(starving(waiting.into_iter(), at(50)), Some(400));
-    assert_eq!(starving(std::iter::empty(), at(150)), None);
-}

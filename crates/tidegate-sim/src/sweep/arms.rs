@@ -169,5 +169,6 @@ fn waiting(timeout: Nanos) -> QueueConfig {
         timeout,
         lifo_after: None,
         wait_bound: f64::INFINITY,
+        hold_back_starving: false,
     }
 }

@@ -10,49 +10,123 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
-use http::{HeaderMap, Request};
+use http::{HeaderMap, HeaderValue, Request};
 use tidegate_core::Priority;
+use tidegate_core::priority::PriorityHeader;
 use tokio::task::futures::TaskLocalFuture;
 use tower::{Layer, Service};
 
-/// The request header that carries a priority between hops (`TIER/COHORT`).
+/// The request header that carries a priority between hops (`TIER/COHORT`), and the hint
+/// the edge admitted the request's chain under (`under=RANK`, on a field line of its own:
+/// [`PriorityHeader`], `docs/feedback.md`).
 pub const PRIORITY_HEADER: &str = "tidegate-priority";
 
+/// What the request being served says of itself to the calls made while serving it: its
+/// priority, and the hint its chain was admitted under at the edge, if the edge said one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    pub priority: Priority,
+    /// The least important rank of the hint the edge admitted the chain under: no outbound
+    /// layer drops a call of the chain this rank admits.
+    pub under: Option<u16>,
+}
+
+impl From<Priority> for Served {
+    fn from(priority: Priority) -> Served {
+        Served {
+            priority,
+            under: None,
+        }
+    }
+}
+
 tokio::task_local! {
-    static CURRENT: Priority;
+    static CURRENT: Served;
 }
 
 /// The priority of the request being served by the calling task, if it runs inside
 /// [`with_priority`] (or a [`PriorityScopeLayer`]'d service).
 pub fn current_priority() -> Option<Priority> {
-    CURRENT.try_with(|p| *p).ok()
+    current_served().map(|served| served.priority)
+}
+
+/// The priority and chain hint of the request being served by the calling task, if it runs
+/// inside [`with_served`] or [`with_priority`] (or a [`PriorityScopeLayer`]'d service).
+pub fn current_served() -> Option<Served> {
+    CURRENT.try_with(|served| *served).ok()
 }
 
 /// Runs `future` with `priority` as the current priority: outbound calls made by it carry it.
-pub fn with_priority<F: Future>(priority: Priority, future: F) -> TaskLocalFuture<Priority, F> {
-    CURRENT.scope(priority, future)
+pub fn with_priority<F: Future>(priority: Priority, future: F) -> TaskLocalFuture<Served, F> {
+    with_served(priority.into(), future)
+}
+
+/// Runs `future` serving `served`: outbound calls made by it carry its priority and chain
+/// hint.
+pub fn with_served<F: Future>(served: Served, future: F) -> TaskLocalFuture<Served, F> {
+    CURRENT.scope(served, future)
 }
 
 /// The priority a request's `tidegate-priority` header says, if it has a valid one.
 pub fn header_priority(headers: &HeaderMap) -> Option<Priority> {
-    headers
-        .get(PRIORITY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
+    header_served(headers).map(|(served, _)| served.priority)
 }
 
-/// Serves each request inside the scope of its priority: the one its `tidegate-priority`
-/// header says (forwarded by the hop before), or `default` without a valid one.
-#[derive(Clone, Copy, Debug)]
+/// What a request's `tidegate-priority` header says, if it has a valid priority, with the
+/// number of malformed members after it that were ignored.
+pub fn header_served(headers: &HeaderMap) -> Option<(Served, u32)> {
+    let lines = headers
+        .get_all(PRIORITY_HEADER)
+        .iter()
+        .map(HeaderValue::as_bytes);
+    let header = PriorityHeader::parse(lines)?.ok()?;
+    let served = Served {
+        priority: header.priority,
+        under: header.under,
+    };
+    Some((served, header.ignored))
+}
+
+/// Puts `served` on a request's headers: the priority's field line, and the chain hint's
+/// after it, replacing what they said.
+pub(crate) fn stamp(headers: &mut HeaderMap, served: Served) {
+    headers.remove(PRIORITY_HEADER);
+    if let Ok(value) = HeaderValue::from_str(&served.priority.to_string()) {
+        headers.append(PRIORITY_HEADER, value);
+    }
+    if let Some(under) = served.under
+        && let Ok(value) = HeaderValue::from_str(&PriorityHeader::under_line(under))
+    {
+        headers.append(PRIORITY_HEADER, value);
+    }
+}
+
+/// Serves each request inside the scope of its priority and chain hint: the ones its
+/// `tidegate-priority` header says (forwarded by the hop before), or `default` without a
+/// valid priority. Malformed members after the priority are ignored and counted
+/// ([`PriorityScopeLayer::ignored`]).
+#[derive(Clone, Debug)]
 pub struct PriorityScopeLayer {
     default: Priority,
+    ignored: Arc<AtomicU64>,
 }
 
 impl PriorityScopeLayer {
     pub fn new(default: Priority) -> PriorityScopeLayer {
-        PriorityScopeLayer { default }
+        PriorityScopeLayer {
+            default,
+            ignored: Arc::default(),
+        }
+    }
+
+    /// Malformed members of `tidegate-priority` after the priority (a chain hint that is not
+    /// a rank, say), ignored so far by the services of this layer.
+    pub fn ignored(&self) -> u64 {
+        self.ignored.load(Ordering::Relaxed)
     }
 }
 
@@ -68,6 +142,7 @@ impl<S> Layer<S> for PriorityScopeLayer {
         PriorityScope {
             inner,
             default: self.default,
+            ignored: self.ignored.clone(),
         }
     }
 }
@@ -77,6 +152,7 @@ impl<S> Layer<S> for PriorityScopeLayer {
 pub struct PriorityScope<S> {
     inner: S,
     default: Priority,
+    ignored: Arc<AtomicU64>,
 }
 
 impl<S: fmt::Debug> fmt::Debug for PriorityScope<S> {
@@ -94,14 +170,23 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = TaskLocalFuture<Priority, S::Future>;
+    type Future = TaskLocalFuture<Served, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let priority = header_priority(request.headers()).unwrap_or(self.default);
-        with_priority(priority, self.inner.call(request))
+        let served = match header_served(request.headers()) {
+            Some((served, ignored)) => {
+                if ignored > 0 {
+                    self.ignored
+                        .fetch_add(u64::from(ignored), Ordering::Relaxed);
+                }
+                served
+            }
+            None => self.default.into(),
+        };
+        with_served(served, self.inner.call(request))
     }
 }
