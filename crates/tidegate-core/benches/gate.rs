@@ -49,6 +49,17 @@ fn arrive_complete(c: &mut Criterion) {
         };
         configs.push((format!("{limit:?}+off").to_lowercase(), config));
     }
+    // The default limit without its product floor: what the floor's estimators cost.
+    let mut bare = LimitConfig::of(LimitAlgorithm::Autotune);
+    bare.autotune.product_floor = false;
+    configs.push((
+        "autotune-without-floor+off".to_owned(),
+        GateConfig {
+            limit: bare,
+            regulator: RegulatorConfig::of(RegulatorAlgorithm::Off),
+            ..GateConfig::default()
+        },
+    ));
     for regulator in RegulatorAlgorithm::ALL
         .into_iter()
         .filter(|r| *r != RegulatorAlgorithm::Off)

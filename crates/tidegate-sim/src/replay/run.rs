@@ -247,7 +247,7 @@ mod tests {
             runs[1].duration_s
         );
         for run in &runs {
-            assert_eq!(run.report.arms.len(), 8);
+            assert_eq!(run.report.arms.len(), 9);
             for arm in &run.report.arms {
                 let f = &arm.whole.figures;
                 let offered = 100.0 * run.multiple;
