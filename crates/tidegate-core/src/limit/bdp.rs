@@ -478,6 +478,11 @@ impl Bdp {
             .then_some(product)
     }
 
+    /// Windows closed so far: the estimates move only when one closes.
+    pub fn windows(&self) -> u64 {
+        self.windows
+    }
+
     /// The product `btl_bw x rt_prop`, in requests, once both are measured.
     pub fn bdp(&self) -> Option<f64> {
         let bdp = self.btl_bw.get() * self.rt_prop.value;

@@ -34,8 +34,10 @@ use crate::limit::{Bdp, BdpConfig, Limit, Sample};
 #[derive(Clone, Debug)]
 pub(super) struct ProductFloor {
     bdp: Bdp,
-    /// The floor, in requests (0 until measured): recomputed per sample, read per admission.
+    /// The floor, in requests (0 until measured), read per admission.
     value: u32,
+    /// `Bdp`'s windows when `value` was computed: it moves only when one closes.
+    windows: u64,
 }
 
 impl ProductFloor {
@@ -49,11 +51,16 @@ impl ProductFloor {
                 ..BdpConfig::default()
             }),
             value: 0,
+            windows: 0,
         }
     }
 
     pub(super) fn observe(&mut self, sample: &Sample) {
         self.bdp.on_sample(sample);
+        if self.bdp.windows() == self.windows {
+            return;
+        }
+        self.windows = self.bdp.windows();
         self.value = self.bdp.unqueued_product().map_or(0, |product| {
             // `as` saturates; below one request the floor holds nothing.
             (product as u32).min(self.bdp.limit())
