@@ -299,21 +299,10 @@ impl PriorityQueue {
     /// How long the oldest waiting entry has waited. Each rank's head is its oldest entry, so
     /// this looks at one entry per non-empty rank.
     pub fn oldest_wait(&self, now: Time) -> Nanos {
-        let mut oldest = now;
-        let mut words = self.nonempty_words;
-        while words != 0 {
-            let word_index = words.trailing_zeros() as usize;
-            words &= words - 1;
-            let mut bits = self.nonempty[word_index];
-            while bits != 0 {
-                let rank = word_index * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                if let Some(entry) = &self.slots[self.heads[rank] as usize].entry {
-                    oldest = oldest.min(entry.enqueued);
-                }
-            }
-        }
-        now - oldest
+        now - self
+            .heads()
+            .map(|(_, head)| head.enqueued)
+            .fold(now, Time::min)
     }
 
     /// The most important rank with an entry waiting since `since` or before, if any: a
@@ -321,21 +310,32 @@ impl PriorityQueue {
     /// one entry per non-empty rank, most important first, and stops at the first that has
     /// waited that long; it runs where a gate tells its cut-off, not on admission.
     pub fn most_important_since(&self, since: Time) -> Option<Priority> {
+        let (rank, _) = self.heads().find(|(_, head)| head.enqueued <= since)?;
+        Priority::from_rank(rank as u16)
+    }
+
+    /// The head (oldest entry) of each non-empty rank, with its rank, most important first.
+    fn heads(&self) -> impl Iterator<Item = (usize, &Entry)> {
         let mut words = self.nonempty_words;
-        while words != 0 {
-            let word_index = words.trailing_zeros() as usize;
-            words &= words - 1;
-            let mut bits = self.nonempty[word_index];
-            while bits != 0 {
-                let rank = word_index * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let head = &self.slots[self.heads[rank] as usize].entry;
-                if head.is_some_and(|entry| entry.enqueued <= since) {
-                    return Priority::from_rank(rank as u16);
+        let mut word_index = 0;
+        let mut bits = 0u64;
+        std::iter::from_fn(move || {
+            while bits == 0 {
+                if words == 0 {
+                    return None;
                 }
+                word_index = words.trailing_zeros() as usize;
+                words &= words - 1;
+                bits = self.nonempty[word_index];
             }
-        }
-        None
+            let rank = word_index * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            Some(rank)
+        })
+        .filter_map(|rank| {
+            let head = self.slots[self.heads[rank] as usize].entry.as_ref()?;
+            Some((rank, head))
+        })
     }
 
     fn first_rank(&self) -> Option<usize> {
