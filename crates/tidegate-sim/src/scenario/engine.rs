@@ -847,11 +847,14 @@ fn waiter(table: &[u32], attempts: &[Attempt], ticket: Ticket) -> Option<u32> {
     (holder.ticket == Some(ticket)).then_some(idx)
 }
 
-/// Seconds from `from` until the limit stays within 20% of `settled` for the rest of the run;
-/// `None` if it never does. The limit is read as the median of the 5 per-second values around
-/// each second, so that a probe (Autotune lowers the limit by a quarter for one window every
-/// few seconds, by design) or one exploration step does not count as unsettled. The entries
-/// of the series are `step_s` seconds each (a second for a scenario file).
+/// Seconds from `from` until the limit stays within 20% of `settled`, or within one request
+/// of it, for the rest of the run; `None` if it never does. The limit is read as the median
+/// of the 5 per-second values around each second, so that a probe (Autotune lowers the limit
+/// by a quarter for one window every few seconds, by design) or one exploration step does not
+/// count as unsettled. A limit moves by whole requests: under 5, 20% of it is less than one,
+/// and a limit held at 2 that probes 1 (or a mean of 1.5 between them) would never read as
+/// settled, whatever it did. The entries of the series are `step_s` seconds each (a second
+/// for a scenario file).
 pub(crate) fn settle_time(series: &[Second], step_s: f64, from: f64, settled: f64) -> Option<f64> {
     let after: Vec<(u32, f64)> = series
         .iter()
@@ -868,7 +871,7 @@ pub(crate) fn settle_time(series: &[Second], step_s: f64, from: f64, settled: f6
     };
     let mut first = None;
     for k in (0..after.len()).rev() {
-        if (median(k) - settled).abs() <= 0.2 * settled {
+        if (median(k) - settled).abs() <= (0.2 * settled).max(1.0) {
             first = Some(f64::from(after[k].0) * step_s - from);
         } else {
             break;

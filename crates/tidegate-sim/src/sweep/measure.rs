@@ -118,8 +118,8 @@ pub fn measure(case: &Case, run: &ArmRun) -> ArmResult {
 }
 
 /// The longest settling time over the windows with an onset, in work times, and whether
-/// the limit failed to settle after one: settled is within 20% of the limit's mean over the
-/// window, read as [`settle_time`] reads it, over the entries up to the window's end.
+/// the limit failed to settle after one: settled is within 20% (or one request) of the limit's mean
+/// over the window, read as [`settle_time`] reads it, over the entries up to the window's end.
 fn settling(windows: &[Window], series: &[Second], step_s: f64, w: f64) -> (Option<f64>, bool) {
     let mut longest: Option<f64> = None;
     let mut unsettled = false;

@@ -262,6 +262,29 @@ fn settling_is_measured_from_the_overload_start() {
     );
 }
 
+#[test]
+fn a_small_limit_one_request_from_its_mean_is_settled() {
+    let series = |limits: &[u32]| -> Vec<Second> {
+        limits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| Second {
+                second: i as u32 + 1,
+                limit: Some(l),
+                ..Second::default()
+            })
+            .collect()
+    };
+    // Held at 2 with a probe of 1 now and then (a mean of 1.7): 20% of it is a third of a
+    // request, which neither 1 nor 2 is within; one request is the smallest move a limit
+    // makes.
+    let held = series(&[9, 6, 4, 2, 2, 1, 2, 2, 1, 1, 2, 2, 1, 2, 2]);
+    assert_eq!(settle_time(&held, 1.0, 1.0, 1.7), Some(3.0));
+    // Wandering 1 to 4 around 2.5 is not settled until it stops.
+    let wandering = series(&[1, 4, 4, 4, 1, 1, 1, 4, 4, 4, 2, 2, 2, 3, 2]);
+    assert_eq!(settle_time(&wandering, 1.0, 1.0, 2.5), Some(10.0));
+}
+
 /// The median and the 99th percentile of a second are the samples of rank `ceil(q * n)` in
 /// sorted order, equal values and tiny seconds included.
 #[test]
