@@ -27,8 +27,8 @@ mod priority;
 mod retry;
 
 pub use priority::{
-    PRIORITY_HEADER, PriorityScope, PriorityScopeLayer, Served, current_priority, current_served,
-    header_priority, header_served, with_priority, with_served,
+    PRIORITY_HEADER, PriorityScope, PriorityScopeLayer, Served, ServedScope, current_priority,
+    current_served, header_priority, header_served, with_priority, with_served,
 };
 pub use retry::{RetryFuture, RetryLayer, Retrying};
 
@@ -106,6 +106,8 @@ struct State {
     feedback: Feedback,
     rng: Rng,
     stats: OutboundStats,
+    /// See [`OutboundLayer::hold_for_chain`].
+    hold_for_chain: bool,
 }
 
 /// A layer's state behind a lock, and the clock it is read against (tokio's, so that paused
@@ -172,6 +174,7 @@ impl OutboundLayer {
                     feedback: Feedback::default(),
                     rng: Rng::seed(seed()),
                     stats: OutboundStats::default(),
+                    hold_for_chain: false,
                 }),
             }),
         }
@@ -184,6 +187,18 @@ impl OutboundLayer {
     /// at once, as without it.
     pub fn reopening(self, per_second: f64) -> OutboundLayer {
         self.shared.state().feedback = Feedback::reopening(per_second);
+        self
+    }
+
+    /// The same layer at the edge of its call chains: a request served with no chain hint
+    /// (`under=` in `tidegate-priority`, from an edge before this service) is admitted into
+    /// its chain at its first call this layer sends, under the layer's line then (the least
+    /// important rank it sends, every rank when it holds no hint: [`Feedback::under`]), and
+    /// that call and every later one of the request carry it, through any outbound layer. No
+    /// hop of the chain then drops a call that hint admits (`docs/feedback.md`, "A chain
+    /// holds its hint"); as the proxy's `feedback.hold_for_chain`.
+    pub fn hold_for_chain(self) -> OutboundLayer {
+        self.shared.state().hold_for_chain = true;
         self
     }
 
@@ -243,11 +258,15 @@ where
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let served = header_served(request.headers())
-            .map(|(served, _)| served)
-            .or_else(current_served)
-            .unwrap_or(self.shared.default.into());
-        priority::stamp(request.headers_mut(), served);
+        // A priority the caller put on the request itself is the request's, not the one of
+        // the request being served: it neither reads nor fixes that one's chain hint.
+        let (mut served, own) = match header_served(request.headers()) {
+            Some((served, _)) => (served, true),
+            None => (
+                current_served().unwrap_or(self.shared.default.into()),
+                false,
+            ),
+        };
         let now = self.shared.now();
         let refused = {
             let mut guard = self.shared.state();
@@ -265,6 +284,14 @@ where
                 Some(Throttled::Adaptive)
             } else {
                 state.stats.sent += 1;
+                if state.hold_for_chain && served.under.is_none() {
+                    let line = state.feedback.under(now);
+                    served.under = Some(if own {
+                        line
+                    } else {
+                        priority::hold_chain(line)
+                    });
+                }
                 None
             }
         };
@@ -272,9 +299,12 @@ where
             Some(throttled) => Stage::Refused {
                 throttled: Some(throttled),
             },
-            None => Stage::Calling {
-                future: self.inner.call(request),
-            },
+            None => {
+                priority::stamp(request.headers_mut(), served);
+                Stage::Calling {
+                    future: self.inner.call(request),
+                }
+            }
         };
         OutboundFuture {
             stage: state,

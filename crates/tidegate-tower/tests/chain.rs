@@ -130,6 +130,78 @@ async fn a_chain_admitted_under_a_hint_is_not_dropped_on_a_deeper_one() {
     assert_eq!(callee.seen(), vec![vec!["2/94"], vec!["2/94"]]);
 }
 
+/// A service whose handler calls the callee twice through `outbound` while serving each
+/// request; it answers whether each call was sent.
+fn calls_twice(
+    outbound: &OutboundLayer,
+    callee: &Callee,
+) -> impl Fn(&'static str) -> BoxFuture<(bool, bool)> {
+    let client = outbound.layer(callee.service());
+    let server = PriorityScopeLayer::default().layer(service_fn(move |_: Request<()>| {
+        let client = client.clone();
+        async move {
+            let first = client.clone().oneshot(Request::new(())).await;
+            let second = client.oneshot(Request::new(())).await;
+            Ok::<_, Infallible>((first.is_ok(), second.is_ok()))
+        }
+    }));
+    move |priority| {
+        let mut request = Request::new(());
+        request
+            .headers_mut()
+            .insert("tidegate-priority", HeaderValue::from_static(priority));
+        let server = server.clone();
+        Box::pin(async move { server.oneshot(request).await.expect("infallible") })
+    }
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+#[tokio::test(start_paused = true)]
+async fn an_edge_admits_a_chain_at_its_first_call_and_holds_that_hint_for_its_rest() {
+    let callee = Callee::default();
+    let edge = OutboundLayer::new(None, Priority::default()).hold_for_chain();
+    let serve = calls_twice(&edge, &callee);
+    // No hint held: the first call admits the chain under every rank.
+    assert_eq!(serve("5/127").await, (true, true));
+    assert_eq!(
+        callee.seen(),
+        vec![vec!["5/127", "under=767"], vec!["5/127", "under=767"]]
+    );
+    // The callee cuts past 400, then past 200 on the answer to the first call: rank 350
+    // (2/94) was admitted under 400, and its second call is sent, not dropped with its first
+    // call's work done.
+    callee.says(Some("rank=400, ttl=1s"));
+    assert_eq!(serve("0/0").await, (true, true));
+    callee.seen();
+    callee.says(Some("rank=200, ttl=1s"));
+    assert_eq!(serve("2/94").await, (true, true));
+    assert_eq!(
+        callee.seen(),
+        vec![vec!["2/94", "under=400"], vec!["2/94", "under=400"]]
+    );
+    // A chain that starts now is admitted under 200: rank 350 is not, rank 138 is.
+    assert_eq!(serve("2/94").await, (false, false));
+    assert_eq!(serve("1/10").await, (true, true));
+    assert_eq!(
+        callee.seen(),
+        vec![vec!["1/10", "under=200"], vec!["1/10", "under=200"]]
+    );
+    assert_eq!(edge.stats().cut_off, 2);
+
+    // Without it, the second call of the chain admitted under 400 is dropped on the deeper
+    // hint, and no call says a hint.
+    let callee = Callee::default();
+    let plain = OutboundLayer::new(None, Priority::default());
+    let serve = calls_twice(&plain, &callee);
+    callee.says(Some("rank=400, ttl=1s"));
+    assert_eq!(serve("0/0").await, (true, true));
+    callee.seen();
+    callee.says(Some("rank=200, ttl=1s"));
+    assert_eq!(serve("2/94").await, (true, false));
+    assert_eq!(callee.seen(), vec![vec!["2/94"]]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_callers_line_reopens_at_its_rate() {
     let callee = Callee::default();

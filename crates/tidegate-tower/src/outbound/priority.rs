@@ -8,6 +8,7 @@
 //! request of an HTTP service), and [`super::Outbound`] stamps it on every request sent from
 //! inside that scope.
 
+use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -44,8 +45,16 @@ impl From<Priority> for Served {
     }
 }
 
+/// The scope of a request being served: what it says of itself, and, once an outbound layer
+/// at the edge of the chain admitted its first call ([`super::OutboundLayer::hold_for_chain`]),
+/// the hint that call was admitted under, for the calls after it.
+#[derive(Debug)]
+pub struct ServedScope {
+    served: Cell<Served>,
+}
+
 tokio::task_local! {
-    static CURRENT: Served;
+    static CURRENT: ServedScope;
 }
 
 /// The priority of the request being served by the calling task, if it runs inside
@@ -57,18 +66,37 @@ pub fn current_priority() -> Option<Priority> {
 /// The priority and chain hint of the request being served by the calling task, if it runs
 /// inside [`with_served`] or [`with_priority`] (or a [`PriorityScopeLayer`]'d service).
 pub fn current_served() -> Option<Served> {
-    CURRENT.try_with(|served| *served).ok()
+    CURRENT.try_with(|scope| scope.served.get()).ok()
+}
+
+/// The chain hint of the request being served: the one it came with, or else `under`, which
+/// it then keeps for the rest of the request (an edge admits a chain once, at its first call).
+/// Outside a scope, `under` for this call alone.
+pub(crate) fn hold_chain(under: u16) -> u16 {
+    CURRENT
+        .try_with(|scope| {
+            let mut served = scope.served.get();
+            let held = *served.under.get_or_insert(under);
+            scope.served.set(served);
+            held
+        })
+        .unwrap_or(under)
 }
 
 /// Runs `future` with `priority` as the current priority: outbound calls made by it carry it.
-pub fn with_priority<F: Future>(priority: Priority, future: F) -> TaskLocalFuture<Served, F> {
+pub fn with_priority<F: Future>(priority: Priority, future: F) -> TaskLocalFuture<ServedScope, F> {
     with_served(priority.into(), future)
 }
 
 /// Runs `future` serving `served`: outbound calls made by it carry its priority and chain
 /// hint.
-pub fn with_served<F: Future>(served: Served, future: F) -> TaskLocalFuture<Served, F> {
-    CURRENT.scope(served, future)
+pub fn with_served<F: Future>(served: Served, future: F) -> TaskLocalFuture<ServedScope, F> {
+    CURRENT.scope(
+        ServedScope {
+            served: Cell::new(served),
+        },
+        future,
+    )
 }
 
 /// The priority a request's `tidegate-priority` header says, if it has a valid one.
@@ -170,7 +198,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = TaskLocalFuture<Served, S::Future>;
+    type Future = TaskLocalFuture<ServedScope, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
