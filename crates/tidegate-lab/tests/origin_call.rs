@@ -129,6 +129,25 @@ async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_priority_or_chain_hint_is_counted() {
+    let (hop, _) = next_hop().await;
+    let origin = common::start(calling(hop, ServiceConfig::default(), true)).await;
+    let addr = origin.addr;
+    // A chain hint that is not a rank, and a member with no value: ignored, the priority
+    // stands; a priority that does not parse: the default priority.
+    get(addr, "/a", "0/5, under=high").await;
+    get(addr, "/a", "0/6, under=767, x").await;
+    get(addr, "/a", "high").await;
+    let (_, _, metrics) = get(addr, "/metrics", "").await;
+    for line in [
+        "tidegate_origin_priority_header_ignored_total 2",
+        "tidegate_origin_priority_header_invalid_total 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_feedback_everything_is_sent_and_nothing_passed_on() {
     let (hop, seen) = next_hop().await;
     let origin = common::start(calling(hop, ServiceConfig::default(), false)).await;

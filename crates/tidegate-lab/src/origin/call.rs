@@ -54,6 +54,10 @@ pub(crate) struct NextHop {
     started: Instant,
     /// Calls by how they ended: ok, held back, failed.
     ended: [AtomicU64; 3],
+    /// Requests whose `tidegate-priority` did not parse (sent on at the default priority),
+    /// and malformed members after a priority that did (a chain hint that is not a rank).
+    priority_invalid: AtomicU64,
+    priority_ignored: AtomicU64,
 }
 
 impl NextHop {
@@ -65,6 +69,8 @@ impl NextHop {
             honour_cutoff,
             started: Instant::now(),
             ended: Default::default(),
+            priority_invalid: AtomicU64::new(0),
+            priority_ignored: AtomicU64::new(0),
         }
     }
 
@@ -87,8 +93,18 @@ impl NextHop {
     async fn send(&self, headers: &HeaderMap) -> Called {
         // The priority and the hint the edge admitted the chain under, on their field lines.
         let carried = headers.get_all(&PRIORITY);
-        let header =
-            PriorityHeader::parse(carried.iter().map(HeaderValue::as_bytes)).and_then(Result::ok);
+        let header = match PriorityHeader::parse(carried.iter().map(HeaderValue::as_bytes)) {
+            Some(Ok(header)) => {
+                self.priority_ignored
+                    .fetch_add(u64::from(header.ignored), Ordering::Relaxed);
+                Some(header)
+            }
+            Some(Err(_)) => {
+                self.priority_invalid.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            None => None,
+        };
         let priority = header.map_or_else(Priority::default, |h| h.priority);
         let under = header.and_then(|h| h.under);
         if self.honour_cutoff
@@ -160,6 +176,19 @@ impl NextHop {
              # TYPE tidegate_origin_invalid_cutoffs_total counter\n\
              tidegate_origin_invalid_cutoffs_total {}",
             self.feedback().invalid()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tidegate_origin_priority_header_invalid_total Requests whose \
+             tidegate-priority did not parse, called at the default priority.\n\
+             # TYPE tidegate_origin_priority_header_invalid_total counter\n\
+             tidegate_origin_priority_header_invalid_total {}\n\
+             # HELP tidegate_origin_priority_header_ignored_total Malformed members after \
+             the priority in tidegate-priority (a chain hint that is not a rank), ignored.\n\
+             # TYPE tidegate_origin_priority_header_ignored_total counter\n\
+             tidegate_origin_priority_header_ignored_total {}",
+            self.priority_invalid.load(Ordering::Relaxed),
+            self.priority_ignored.load(Ordering::Relaxed)
         );
         out
     }
