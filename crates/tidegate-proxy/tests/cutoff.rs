@@ -195,14 +195,16 @@ async fn a_shedding_gate_holds_back_the_ranks_starving_in_its_queue() {
         tokio::spawn(async move { send(&client, with_lines(url, &["0"])).await })
     };
     origin.wait_held(1).await;
-    // Tier 1 and tier 4 arrive every 10 ms and wait behind the held request; what the
-    // refusals of tier 4 say comes back on a channel.
+    // Tier 1 and four times as much tier 4 arrive every 20 ms and wait behind the held
+    // request; what the refusals of tier 4 say comes back on a channel. PIE's cut reaches
+    // tier 1 only once it drops four fifths of the arrivals: it climbs by at most 0.02 every
+    // 15 ms past a tenth (RFC 8033), half a second after tier 1 starts starving at 200 ms.
     let (said_tx, mut said_rx) = tokio::sync::mpsc::unbounded_channel();
     let load = {
         let (client, proxy_url) = (client.clone(), proxy.url("/echo"));
         tokio::spawn(async move {
             loop {
-                for priority in ["1/5", "4/9"] {
+                for priority in ["1/5", "4/9", "4/9", "4/9", "4/9"] {
                     let (client, url, said) = (client.clone(), proxy_url.clone(), said_tx.clone());
                     tokio::spawn(async move {
                         let response = send(&client, with_lines(url, &[priority])).await;
@@ -217,7 +219,7 @@ async fn a_shedding_gate_holds_back_the_ranks_starving_in_its_queue() {
                         }
                     });
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         })
     };
