@@ -18,6 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::window_counts::WindowCounts;
 use super::{Limit, Outcome, Sample};
 use crate::time::{Nanos, Time};
 
@@ -317,10 +318,7 @@ pub struct Autotune {
     /// The last covariance check that could tell saw throughput follow inflight (elasticity
     /// above `high_elasticity`), and none since below `low_elasticity`.
     elastic: bool,
-    window_start: Time,
-    samples: u32,
-    successes: u32,
-    drops: u32,
+    window: WindowCounts,
     success_rtt: Nanos,
     /// Sum of the squared rtts of the window's successes, in seconds squared: the spread
     /// that tells a queue from the service's own variability (see [`Autotune::measured_enough`]).
@@ -330,8 +328,6 @@ pub struct Autotune {
     /// `srtt` was started afresh on a censored window (see [`LITTLE_EXCESS`]) and no window
     /// since was not: it holds only the short answers, and is no level to anchor on.
     srtt_censored: bool,
-    inflight_sum: u64,
-    inflight_max: u32,
     /// See [`Light`].
     light: Option<Light>,
     /// The largest mean inflight of a window that the demand set (the limit was not
@@ -388,16 +384,11 @@ impl Autotune {
             first_window: false,
             slow_start: true,
             elastic: false,
-            window_start: Time::ZERO,
-            samples: 0,
-            successes: 0,
-            drops: 0,
+            window: WindowCounts::default(),
             success_rtt: Nanos::ZERO,
             success_rtt_sq: 0.0,
             srtt_var: 0.0,
             srtt_censored: false,
-            inflight_sum: 0,
-            inflight_max: 0,
             light: None,
             served: None,
             served_left: false,
@@ -423,14 +414,9 @@ impl Autotune {
     }
 
     fn open_window(&mut self, now: Time) {
-        self.window_start = now;
-        self.samples = 0;
-        self.successes = 0;
-        self.drops = 0;
+        self.window = WindowCounts::open(now);
         self.success_rtt = Nanos::ZERO;
         self.success_rtt_sq = 0.0;
-        self.inflight_sum = 0;
-        self.inflight_max = 0;
         self.at_due = None;
     }
 
@@ -498,7 +484,7 @@ impl Autotune {
                 self.check_shrink(&shrink, srtt);
             }
         }
-        let drop_fraction = f64::from(self.drops) / f64::from(self.samples.max(1));
+        let drop_fraction = f64::from(self.window.drops) / f64::from(self.window.samples.max(1));
         if self.drops_call_for_backoff(drop_fraction) {
             // DCTCP's proportional decrease, `1 - f/2`, where it is deeper than `backoff`:
             // a window of nothing but drops halves the limit. At the mild 0.9, a service
@@ -544,7 +530,7 @@ impl Autotune {
                 self.served_left = true;
             }
             Move::Shrink
-        } else if ratio < tol / 2.0 && f64::from(self.inflight_max) * 2.0 >= self.limit {
+        } else if ratio < tol / 2.0 && f64::from(self.window.inflight_max) * 2.0 >= self.limit {
             // A limit that drew drops is tried again only after `RING` windows that asked to
             // grow, as a probe: latency alone may not see why it was too high (a pool of 7
             // workers at 2 s holding 8 queues one request, a few percent of the mean rtt,
@@ -591,7 +577,8 @@ impl Autotune {
             // rather than two hundred. Only while demand exceeds the limit (it was reached): a
             // limit that doubled on half its use overshot RSocket's servers from their first
             // window. A doubling past the knee is shrunk back by the latency it adds.
-            let slow_start = self.slow_start && f64::from(self.inflight_max) >= self.limit.round();
+            let slow_start =
+                self.slow_start && f64::from(self.window.inflight_max) >= self.limit.round();
             let grown = if slow_start {
                 self.limit * 2.0
             } else {
@@ -645,7 +632,7 @@ impl Autotune {
     /// 10 workers, a step to 3x) walked down to 1 and served 67% of its capacity (83% with
     /// two drops; 2 s of work at 30 workers, 36% -> 98%).
     fn drops_call_for_backoff(&self, fraction: f64) -> bool {
-        fraction > self.config.drop_tolerance && self.drops >= 2
+        fraction > self.config.drop_tolerance && self.window.drops >= 2
     }
 
     /// Judges a latency shrink by the first measured window after it. A shrink is futile if
@@ -677,7 +664,7 @@ impl Autotune {
 
     /// Closes the current window at `now`.
     fn close_window(&mut self, now: Time) {
-        let elapsed = now.saturating_since(self.window_start).as_secs_f64();
+        let elapsed = now.saturating_since(self.window.start).as_secs_f64();
         // The first window's answers are those of the requests that finished first, the
         // short ones, unless it lasted many times their rtt: anchored on it, the baseline
         // of an exponential 100 ms service sat 27% under its mean, and the limit under the
@@ -685,8 +672,8 @@ impl Autotune {
         // does any window whose requests stayed in flight far longer than its answers took
         // (see `LITTLE_EXCESS`).
         let rtt = self.window_rtt();
-        let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
-        let rate = f64::from(self.samples) / elapsed.max(f64::MIN_POSITIVE);
+        let inflight = self.window.mean_inflight();
+        let rate = f64::from(self.window.samples) / elapsed.max(f64::MIN_POSITIVE);
         let first = std::mem::take(&mut self.first_window);
         let censored = rtt.is_some_and(|rtt| {
             (first && elapsed < FIRST_WINDOW_RTTS * rtt.mean)
@@ -696,15 +683,15 @@ impl Autotune {
         let fresh = std::mem::replace(&mut self.fresh, settling);
         if !settling && elapsed > 0.0 {
             self.fresh = fresh;
-            let throughput = f64::from(self.successes) / elapsed;
+            let throughput = f64::from(self.window.successes) / elapsed;
             let in_force = self.limit.round();
             let tol = self.tolerance();
             let window = Span {
                 windows: 1,
                 seconds: elapsed,
-                successes: self.successes,
-                samples: self.samples,
-                inflight_sum: self.inflight_sum,
+                successes: self.window.successes,
+                samples: self.window.samples,
+                inflight_sum: self.window.inflight_sum,
                 rtt: self.success_rtt.as_secs_f64(),
                 rtt_sq: self.success_rtt_sq,
             };
@@ -733,7 +720,7 @@ impl Autotune {
             self.fresh = false;
             let held = moved != Move::Shrink && judged.is_none();
             self.watch_served(rtt, held, in_force, tol, inflight);
-            self.watch_demand(throughput, f64::from(self.inflight_max) >= in_force);
+            self.watch_demand(throughput, f64::from(self.window.inflight_max) >= in_force);
             if moved != Move::Grow && self.base.is_some() {
                 // The first window judged that does not grow ends slow start for good.
                 self.slow_start = false;
@@ -756,7 +743,7 @@ impl Autotune {
                     (self.idle_probes + 1).min(MAX_DOUBLINGS)
                 };
             }
-            let bound = f64::from(self.inflight_max) >= in_force;
+            let bound = f64::from(self.window.inflight_max) >= in_force;
             if let Some(mut reset) = self.reset.take() {
                 // A reset whose demand no longer filled it stands: throughput fell with the
                 // demand. (A shrink since, for drops or latency, is judged with the rest:
@@ -780,7 +767,7 @@ impl Autotune {
                     ln_throughput: throughput.ln(),
                     moved,
                     bound,
-                    successes: self.successes,
+                    successes: self.window.successes,
                 };
                 self.filled += 1;
                 if self.filled == RING {
@@ -848,29 +835,25 @@ impl Limit for Autotune {
             self.first_window = true;
             self.open_window(sample.now);
         }
-        self.samples += 1;
-        self.inflight_sum += u64::from(sample.inflight);
-        self.inflight_max = self.inflight_max.max(sample.inflight);
-        if sample.in_time(self.config.timeout) {
-            self.successes += 1;
+        if self.window.count(sample, self.config.timeout) {
             self.success_rtt += sample.rtt;
             let rtt = sample.rtt.as_secs_f64();
             self.success_rtt_sq += rtt * rtt;
-        } else {
-            self.drops += 1;
         }
         // Multiplied out: `elapsed >= WINDOW_RTTS x mean rtt`, without a division per sample.
-        let elapsed = sample.now.saturating_since(self.window_start);
+        let elapsed = sample.now.saturating_since(self.window.start);
         let due = elapsed >= self.config.window
-            || (self.successes > 0
-                && elapsed.as_nanos().saturating_mul(u64::from(self.successes))
+            || (self.window.successes > 0
+                && elapsed
+                    .as_nanos()
+                    .saturating_mul(u64::from(self.window.successes))
                     >= self.success_rtt.as_nanos().saturating_mul(WINDOW_RTTS));
         // And at least one smoothed rtt: a window shorter than the answers holds only those
         // that finished first, the short ones of a service whose work is spread; and a mean
         // measured well enough to be judged. (Last, so the arithmetic is done only for a
         // window otherwise due.)
         if due
-            && self.samples >= self.config.min_window_samples
+            && self.window.samples >= self.config.min_window_samples
             && self.srtt.is_none_or(|srtt| elapsed.as_secs_f64() >= srtt)
             && self.measured_enough(elapsed)
         {

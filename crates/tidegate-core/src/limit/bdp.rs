@@ -95,6 +95,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::window_counts::WindowCounts;
 use super::{Limit, Outcome, Sample};
 use crate::rng::splitmix64;
 use crate::time::{Nanos, Time};
@@ -386,7 +387,7 @@ pub struct Bdp {
     /// Closed windows so far: the maximum's clock.
     windows: u64,
     started: bool,
-    window_start: Time,
+    window: WindowCounts,
     /// Least length of the open window, from `rt_prop`.
     least_window: Nanos,
     /// The answers' squared coefficient of variation, pooled over windows (see
@@ -394,13 +395,9 @@ pub struct Bdp {
     pooled_cv2: f64,
     /// Least answers of the open window, from `pooled_cv2`.
     least_answers: u32,
-    samples: u32,
-    successes: u32,
-    drops: u32,
+    /// The window's answers' rtts, a drop's too, summed, and their squares.
     rtt_sum: Nanos,
     rtt_sq: f64,
-    inflight_sum: u64,
-    inflight_max: u32,
 }
 
 impl Bdp {
@@ -426,17 +423,12 @@ impl Bdp {
             full_bw_windows: 0,
             windows: 0,
             started: false,
-            window_start: Time::ZERO,
+            window: WindowCounts::default(),
             least_window: Nanos::ZERO,
             pooled_cv2: -1.0,
             least_answers: MIN_ANSWERS,
-            samples: 0,
-            successes: 0,
-            drops: 0,
             rtt_sum: Nanos::ZERO,
             rtt_sq: 0.0,
-            inflight_sum: 0,
-            inflight_max: 0,
         }
     }
 
@@ -500,14 +492,9 @@ impl Bdp {
     }
 
     fn open_window(&mut self, now: Time) {
-        self.window_start = now;
-        self.samples = 0;
-        self.successes = 0;
-        self.drops = 0;
+        self.window = WindowCounts::open(now);
         self.rtt_sum = Nanos::ZERO;
         self.rtt_sq = 0.0;
-        self.inflight_sum = 0;
-        self.inflight_max = 0;
         let needed = (self.pooled_cv2 / (WINDOW_PRECISION * WINDOW_PRECISION)).ceil();
         self.least_answers = (needed.min(f64::from(MAX_ANSWERS)) as u32).max(MIN_ANSWERS);
         self.least_window = if self.rt_prop.value.is_finite() {
@@ -571,21 +558,21 @@ impl Bdp {
     }
 
     fn close_window(&mut self, now: Time) {
-        let elapsed = now.saturating_since(self.window_start).as_secs_f64();
+        let elapsed = now.saturating_since(self.window.start).as_secs_f64();
         let in_force = self.limit.round();
         self.windows += 1;
         let index = self.windows;
-        let answers = f64::from(self.samples.max(1));
-        let lossy = f64::from(self.drops) > self.config.drop_tolerance * answers;
-        let rate = f64::from(self.successes) / elapsed.max(f64::MIN_POSITIVE);
-        let inflight = self.inflight_sum as f64 / answers;
+        let answers = f64::from(self.window.samples.max(1));
+        let lossy = f64::from(self.window.drops) > self.config.drop_tolerance * answers;
+        let rate = f64::from(self.window.successes) / elapsed.max(f64::MIN_POSITIVE);
+        let inflight = self.window.mean_inflight();
         let bound = inflight >= in_force - BOUND_SLACK;
         let probing_rtt = matches!(self.phase, Phase::ProbeRtt { .. });
 
         let mut previous_rt_prop = self.rt_prop.value;
         let mut at_rt_prop = false;
-        if self.samples >= 2 && elapsed > 0.0 {
-            let n = f64::from(self.samples);
+        if self.window.samples >= 2 && elapsed > 0.0 {
+            let n = f64::from(self.window.samples);
             let answer_rate = n / elapsed;
             let mean = self.rtt_sum.as_secs_f64() / n;
             let variance = ((self.rtt_sq - n * mean * mean) / (n - 1.0)).max(0.0);
@@ -643,7 +630,7 @@ impl Bdp {
         // rtt), else only a floor. Offered as measured: see the module docs for why its noise
         // is left in.
         let mut found = false;
-        if self.successes > 0 && elapsed > 0.0 {
+        if self.window.successes > 0 && elapsed > 0.0 {
             let span = u64::from(self.config.bw_windows.max(1));
             let offered = rate;
             let before = self.btl_bw.get();
@@ -663,10 +650,10 @@ impl Bdp {
         // Every window counts in the span of the unqueued rate, those that did not answer at
         // `rt_prop` as none: a maximum only moves on an update, and a service that stopped
         // answering at `rt_prop` would keep its last rate for ever.
-        let unqueued = if lossy || !at_rt_prop || self.successes == 0 || elapsed <= 0.0 {
+        let unqueued = if lossy || !at_rt_prop || self.window.successes == 0 || elapsed <= 0.0 {
             0.0
         } else {
-            rate * (1.0 - 1.0 / f64::from(self.successes).sqrt())
+            rate * (1.0 - 1.0 / f64::from(self.window.successes).sqrt())
         };
         let span = u64::from(self.config.bw_windows.max(1));
         self.unqueued_bw.update(index, span, unqueued);
@@ -691,7 +678,7 @@ impl Bdp {
         self.phase = match self.phase {
             Phase::Startup => {
                 let bw = self.btl_bw.get();
-                if f64::from(self.inflight_max) < in_force {
+                if f64::from(self.window.inflight_max) < in_force {
                     // The demand, not the limit, set this window (it never reached the
                     // limit): its rtt had no queue of the limit's making. (Not merely a
                     // window not bound: a first window's admissions ramp up from none, and a
@@ -797,25 +784,18 @@ impl Limit for Bdp {
             self.started = true;
             self.open_window(sample.now);
         }
-        self.samples += 1;
-        self.inflight_sum += u64::from(sample.inflight);
-        self.inflight_max = self.inflight_max.max(sample.inflight);
-        if sample.in_time(self.config.timeout) {
-            self.successes += 1;
-        } else {
-            self.drops += 1;
-        }
+        self.window.count(sample, self.config.timeout);
         // Every answer held its permit for its rtt, a drop's too: by Little's law that is
         // the time that sets how many the limit must allow (a timeout holds one for the
         // whole timeout, while the successes' mean shows none of it).
         self.rtt_sum += sample.rtt;
         let rtt = sample.rtt.as_secs_f64();
         self.rtt_sq += rtt * rtt;
-        if self.samples < self.least_answers {
+        if self.window.samples < self.least_answers {
             return;
         }
         // Multiplied out: `elapsed >= WINDOW_RTTS x mean rtt`, without a division.
-        let elapsed = sample.now.saturating_since(self.window_start);
+        let elapsed = sample.now.saturating_since(self.window.start);
         let rtts = if self.windows == 0 {
             FIRST_WINDOW_RTTS
         } else {
@@ -826,12 +806,15 @@ impl Limit for Bdp {
         // with too many drops closes at once: they are the plainest sign of overload, and a
         // gate started at 20 in front of 7 workers answering in 2 s, every answer past the
         // client's 2.5 s, waited 100 s for its first window.)
-        let lossy = f64::from(self.drops) > self.config.drop_tolerance * f64::from(self.samples);
+        let lossy = f64::from(self.window.drops)
+            > self.config.drop_tolerance * f64::from(self.window.samples);
         if !lossy
             && (elapsed < self.least_window
-                || (elapsed.as_nanos().saturating_mul(u64::from(self.samples))
+                || (elapsed
+                    .as_nanos()
+                    .saturating_mul(u64::from(self.window.samples))
                     < self.rtt_sum.as_nanos().saturating_mul(rtts)
-                    && (self.windows > 0 || self.samples < MAX_ANSWERS)))
+                    && (self.windows > 0 || self.window.samples < MAX_ANSWERS)))
         {
             return;
         }

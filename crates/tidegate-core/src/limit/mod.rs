@@ -14,6 +14,7 @@ mod hill_climb;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod vegas;
+mod window_counts;
 
 use std::fmt;
 

@@ -30,7 +30,7 @@ impl Autotune {
         let Some(served) = self.served.filter(|&served| served > 0.0) else {
             return false;
         };
-        let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
+        let inflight = self.window.mean_inflight();
         let excess = window.mean - base * (1.0 + tol) * (inflight / served).max(1.0);
         excess > 0.0 && excess * excess > CLEAR_EXCESS * CLEAR_EXCESS * window.variance_of_mean
     }
@@ -53,7 +53,7 @@ impl Autotune {
         // window of a thousand answers of exponential work with a 10x timeout holds one
         // about every twentieth time, and refusing it left the level a service held before
         // it got slower unknown, so that nothing was regained once it was fast again.
-        if self.drops > 1 {
+        if self.window.drops > 1 {
             return;
         }
         if self.served_left && srtt > base.value + 2.0 * self.srtt_var.sqrt() {
@@ -62,7 +62,7 @@ impl Autotune {
         // By Little's law a window's answers measure the rtt at its mean inflight, not at
         // its peak: the peak of a Poisson demand at half a knee of 10 reached 16 in flight
         // with the window's mean at the baseline, and a jump back to 16 queued.
-        let demand_set = f64::from(self.inflight_max) < in_force;
+        let demand_set = f64::from(self.window.inflight_max) < in_force;
         if held && demand_set && rtt.is_some_and(|rtt| rtt.mean <= base.value * (1.0 + tol)) {
             let level = inflight.min(in_force);
             self.served = Some(self.served.map_or(level, |served| served.max(level)));
@@ -99,7 +99,7 @@ impl Autotune {
             .min(self.max)
             .round();
         let in_force = self.limit.round();
-        let saturated = f64::from(self.inflight_max) >= in_force;
+        let saturated = f64::from(self.window.inflight_max) >= in_force;
         let error = 2.0 * self.srtt_var.sqrt();
         let at_baseline =
             srtt <= base + error && srtt + error <= base * (1.0 + self.tolerance() / 2.0);
@@ -121,7 +121,7 @@ impl Autotune {
     pub(super) fn watch_demand(&mut self, rate: f64, bound: bool) {
         let probe_factor = self.config.probe_factor;
         if let Some(light) = self.light
-            && light.outgrown(self.successes, rate, probe_factor)
+            && light.outgrown(self.window.successes, rate, probe_factor)
             && let Some(base) = &mut self.base
         {
             base.clear = true;
@@ -135,7 +135,7 @@ impl Autotune {
             .filter(|light| light.age <= RING as u32);
         if !bound && self.light.is_none_or(|light| rate < light.rate) {
             self.light = Some(Light {
-                successes: self.successes,
+                successes: self.window.successes,
                 rate,
                 age: 0,
             });

@@ -1272,11 +1272,11 @@ fn a_window_lasts_at_least_one_smoothed_rtt() {
     feed(&mut a, Nanos::from_millis(600));
     let srtt = a.srtt.expect("the first window closed");
     assert!((srtt - 2.0).abs() < 1e-9, "{srtt}");
-    let opened = a.window_start;
+    let opened = a.window.start;
     feed(&mut a, Nanos::from_millis(2_500));
-    assert_eq!(a.window_start, opened, "closed before one rtt");
+    assert_eq!(a.window.start, opened, "closed before one rtt");
     feed(&mut a, Nanos::from_millis(2_700));
-    assert!(a.window_start > opened, "still open after one rtt");
+    assert!(a.window.start > opened, "still open after one rtt");
 }
 
 /// Feeds answers 25 ms apart from `start` until `until`, the `i`-th at `rtt(i)`, at
@@ -1323,28 +1323,28 @@ fn a_window_lasts_until_its_mean_is_measured() {
     // they are four times the baseline).
     let cached = |i: u64| Nanos::from_millis(if i.is_multiple_of(10) { 910 } else { 10 });
     let (mut a, now) = anchored_at_100_ms();
-    let anchored = a.window_start;
+    let anchored = a.window.start;
     assert!(anchored > Time::ZERO && a.base.is_some());
     let now = answers(&mut a, now, Nanos::from_secs(7), cached);
-    assert_eq!(a.window_start, anchored, "judged on too few answers");
+    assert_eq!(a.window.start, anchored, "judged on too few answers");
     answers(&mut a, now, Nanos::from_millis(1_100), cached);
-    assert!(a.window_start > anchored, "waited past its longest");
+    assert!(a.window.start > anchored, "waited past its longest");
     assert!(a.limit() >= 30, "shrunk on noise: {}", a.limit());
 
     let (mut a, now) = anchored_at_100_ms();
-    let anchored = a.window_start;
+    let anchored = a.window.start;
     answers(&mut a, now, Nanos::from_millis(550), |_| {
         Nanos::from_millis(100)
     });
-    assert!(a.window_start > anchored, "a window without spread waited");
+    assert!(a.window.start > anchored, "a window without spread waited");
 
     let (mut a, now) = anchored_at_100_ms();
-    let anchored = a.window_start;
+    let anchored = a.window.start;
     answers(&mut a, now, Nanos::from_millis(600), |i| {
         Nanos::from_millis(300 + 200 * (i % 2))
     });
     assert!(
-        a.window_start > anchored,
+        a.window.start > anchored,
         "a clear queue waited for precision"
     );
     assert!(a.limit() < 30, "{}", a.limit());
@@ -1354,16 +1354,16 @@ fn a_window_lasts_until_its_mean_is_measured() {
     // than wait to average it away.
     let spread = |i: u64| Nanos::from_millis(50 + 100 * (i % 2));
     let (mut a, now) = anchored_at_100_ms();
-    let anchored = a.window_start;
+    let anchored = a.window.start;
     let now = answers(&mut a, now, Nanos::from_millis(600), spread);
     assert_eq!(
-        a.window_start, anchored,
+        a.window.start, anchored,
         "judged before its mean was measured"
     );
     answers(&mut a, now, Nanos::from_millis(1_000), |i| {
         Nanos::from_nanos(spread(i).as_nanos() / 5)
     });
-    assert!(a.window_start > anchored, "waited through a change");
+    assert!(a.window.start > anchored, "waited through a change");
 }
 
 #[test]
@@ -1496,8 +1496,8 @@ fn one_drop_in_a_window_still_shows_the_concurrency_it_served() {
         let mut a = past_slow_start(80);
         a.srtt = Some(0.1);
         a.base = Some(Baseline::anchored(0.1, 1e-6));
-        a.drops = drops;
-        a.inflight_max = 40;
+        a.window.drops = drops;
+        a.window.inflight_max = 40;
         let rtt = WindowRtt {
             mean: 0.1,
             variance_of_mean: 1e-5,

@@ -65,13 +65,13 @@ pub(super) struct WindowRtt {
 impl Autotune {
     /// The mean rtt of the window's successes and the variance of that mean, if it had any.
     pub(super) fn window_rtt(&self) -> Option<WindowRtt> {
-        if self.successes == 0 {
+        if self.window.successes == 0 {
             return None;
         }
-        let n = f64::from(self.successes);
+        let n = f64::from(self.window.successes);
         let mean = self.success_rtt.as_secs_f64() / n;
         // One success says nothing of the spread: take it as wide as an exponential's.
-        let variance = if self.successes > 1 {
+        let variance = if self.window.successes > 1 {
             ((self.success_rtt_sq - n * mean * mean) / (n - 1.0)).max(0.0)
         } else {
             mean * mean
@@ -93,7 +93,7 @@ impl Autotune {
     /// forms from the initial limit is a trend, not noise, and a window that waited for it
     /// to settle anchored the baseline on the queue (RSocket's at ten times its rtt).
     pub(super) fn measured_enough(&mut self, elapsed: Nanos) -> bool {
-        if self.drops > 0
+        if self.window.drops > 0
             || one_request_is_judged(self.limit.round())
             || elapsed
                 >= self
@@ -118,8 +118,8 @@ impl Autotune {
                 // by Little's law the requests' mean time in the service is their mean
                 // inflight over the throughput, which counts the ones still running.
                 let secs = elapsed.as_secs_f64();
-                let inflight = self.inflight_sum as f64 / f64::from(self.samples.max(1));
-                let in_service = inflight * secs / f64::from(self.successes.max(1));
+                let inflight = self.window.mean_inflight();
+                let in_service = inflight * secs / f64::from(self.window.successes.max(1));
                 precise || secs >= FIRST_WINDOW_RTTS * rtt.mean.max(in_service)
             }
             Some(base) => {
@@ -139,10 +139,10 @@ impl Autotune {
     /// descent took minutes instead of seconds).
     pub(super) fn moved_since_due(&mut self, window: WindowRtt) -> bool {
         let Some((n1, sum1)) = self.at_due else {
-            self.at_due = Some((self.successes, self.success_rtt.as_secs_f64()));
+            self.at_due = Some((self.window.successes, self.success_rtt.as_secs_f64()));
             return false;
         };
-        let n2 = self.successes - n1;
+        let n2 = self.window.successes - n1;
         if n1 == 0 || n2 < self.config.min_window_samples {
             return false;
         }
