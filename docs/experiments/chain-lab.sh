@@ -8,11 +8,14 @@
 # 3x what the chain can then complete. Arms: `tidegate` (everything on: B's gates know their
 # callers hold back what they cut, PIE's `callers_hold_back`; the proxies of each hop share
 # their limits, and A's their drop ratios, through the origins, `[peers]` and `tidegate
-# origin --peers`, docs/peers.md); `no peers` (the same without that exchange); `no
+# origin --peers`, docs/peers.md; A's gates draw their line at least at the share they shed,
+# PIE's `line_at_shed_share`); `no peers` (the same without that exchange); `no
 # feedback` (A's origins ignore B's cut-off, `tidegate-cutoff`: `tidegate origin
 # --ignore-cutoff`); `no shared salt` (each A proxy hashes caller keys to cohorts with its
 # own salt); `naive retries` (the clients retry at once, 3 attempts, no budget, whatever
-# Retry-After says).
+# Retry-After says); `no shed-share line` (the same as `tidegate` but for A's gates, which
+# draw their priority line at PIE's `p` alone instead of at least at the share they shed,
+# `line_at_shed_share`).
 #
 # Printed per arm, over the requests after the drop (from 5 s after it to the end):
 # cohort agreement (of the keys an A proxy shed in a second, among those at least two A
@@ -24,10 +27,13 @@
 # the A proxies refused in the key-seconds that disagree (the `tidegate-shed` reasons in the
 # attempt logs) and the spread of the limits in force at A's and B's gates as the window
 # opens (for each origin, the least and the greatest over the 3 gates in front of it, from the
-# proxies' /metrics), and what A's gates did in the window (sampled from their /metrics every
-# 150 ms: the median drop ratio of their regulators, PIE's `p`, the median queue and the
-# median wait of its oldest entry, and the requests a gate expired and its regulator turned
-# away, a second).
+# proxies' /metrics), how sharp the line the A proxies drew was (of the keys of each tier, those
+# shed in more than 5% and less than 95% of their requests in the window: a line drawn by rank
+# alone, the same at every proxy, sheds a key in full or not at all, but for the keys of the
+# cohort it cuts through and those whose cohort changes), and what A's gates did in the window
+# (sampled from their /metrics every 150 ms: the median drop ratio of their regulators, the
+# ratio their line is drawn at, the median queue and the median wait of its oldest entry, and
+# the requests a gate expired and its regulator turned away, a second).
 #
 # Usage: docs/experiments/chain-lab.sh [--quick]   (--quick: 15 s an arm instead of 45 s)
 set -euo pipefail
@@ -49,13 +55,14 @@ build_tidegate
 # take their local ports: a listener whose port one of them held failed to start.
 base=$((20000 + RANDOM % 12000))
 
-# start_proxy NAME PORT ADMIN SALT HOLD PEERS UPSTREAM...: writes a proxy's file (the cohort
-# from the caller key, hashed with SALT; HOLD: whether its callers hold back what it cuts,
-# PIE's `callers_hold_back`; PEERS: what it shares with the other proxies of its hop, `off`,
-# `edge` or `behind`) and starts it.
+# start_proxy NAME PORT ADMIN SALT HOLD PEERS LINE UPSTREAM...: writes a proxy's file (the
+# cohort from the caller key, hashed with SALT; HOLD: whether its callers hold back what it
+# cuts, PIE's `callers_hold_back`; PEERS: what it shares with the other proxies of its hop,
+# `off`, `edge` or `behind`; LINE: PIE's `line_at_shed_share`, a half-life, or `off`) and
+# starts it.
 start_proxy() {
-    local name=$1 port=$2 admin=$3 salt=$4 hold=$5 peers=$6
-    shift 6
+    local name=$1 port=$2 admin=$3 salt=$4 hold=$5 peers=$6 line=$7
+    shift 7
     {
         echo "listen = \"127.0.0.1:$port\""
         echo "admin = \"127.0.0.1:$admin\""
@@ -70,6 +77,11 @@ start_proxy() {
         echo "wait_bound = inf"
         echo "[gate.regulator.pie]"
         echo "callers_hold_back = $hold"
+        # At the edge, whose gates each see about 100 arrivals a second and serve 33 after B's
+        # slowdown, fewer than one dequeue per PIE update: the line at the share they shed
+        # rather than at PIE's noisy `p` alone, which leaves most of the cut to the queue's
+        # timeout (docs/experiments/chain-lab.md, "A line at the shed share").
+        [[ $line == off ]] || echo "line_at_shed_share = \"$line\""
         # Where to share what (docs/peers.md): at the edge, whose gates draw the line between
         # the users served and those shed, the limit and the drop ratio at the defaults;
         # behind it, where the callers honour the cut-off, the limit halfway and no ratio (a
@@ -147,10 +159,12 @@ calls() {
 run_arm() {
     local arm=$1 i port
     local ignore=() retry=budget salted=0 hold=true edge=edge behind=behind origin_peers=(--peers)
+    local line=4s
     [[ $arm == "no peers" ]] && edge=off behind=off origin_peers=()
     [[ $arm == "no feedback" ]] && ignore=(--ignore-cutoff) hold=false
     [[ $arm == "naive retries" ]] && retry=naive
     [[ $arm == "no shared salt" ]] && salted=1
+    [[ $arm == "no shed-share line" ]] && line=off
     local b_origins=() b_proxies=() b_admins=() a_origins=() a_proxies=() a_admins=()
     pids=()
     for i in 0 1 2; do
@@ -161,7 +175,7 @@ run_arm() {
     for i in 0 1 2; do
         b_proxies+=($((base + 10 + i)))
         b_admins+=($((base + 20 + i)))
-        start_proxy "b-proxy-$i" "${b_proxies[i]}" "${b_admins[i]}" 0 "$hold" "$behind" \
+        start_proxy "b-proxy-$i" "${b_proxies[i]}" "${b_admins[i]}" 0 "$hold" "$behind" off \
             "${b_origins[@]}"
     done
     for i in 0 1 2; do
@@ -173,7 +187,7 @@ run_arm() {
         a_proxies+=($((base + 40 + i)))
         a_admins+=($((base + 50 + i)))
         start_proxy "a-proxy-$i" "${a_proxies[i]}" "${a_admins[i]}" $((salted * (i + 1))) false \
-            "$edge" "${a_origins[@]}"
+            "$edge" "$line" "${a_origins[@]}"
     done
     for port in "${b_origins[@]}" "${b_proxies[@]}" "${a_origins[@]}" "${a_proxies[@]}"; do
         wait_port "$port"
@@ -239,6 +253,8 @@ seen, shed = defaultdict(set), defaultdict(set)
 # Per second and key, why it was shed (the `tidegate-shed` reasons).
 reasons = defaultdict(Counter)
 attempts = defaultdict(int)
+# Per tier and key: requests sent in the window, and shed.
+by_key = defaultdict(lambda: [0, 0])
 for load in range(3):
     for tier in json.load(open(f"{work}/load-{load}.json"))["tiers"]:
         if tier["tier"] <= 1:
@@ -251,6 +267,8 @@ for load in range(3):
         if t0 <= sent < t1:
             second = (int(sent), row["key"])
             seen[second].add(load)
+            by_key[(int(row["tier"]), row["key"])][0] += 1
+            by_key[(int(row["tier"]), row["key"])][1] += bool(row["shed"])
             if row["shed"]:
                 shed[second].add(load)
                 reasons[second][row["shed"]] += 1
@@ -262,6 +280,10 @@ everywhere = sum(1 for k in somewhere if shed[k] == seen[k])
 disagreeing = sum((reasons[k] for k in somewhere if shed[k] != seen[k]), Counter())
 why = ", ".join(f"{reason} {n / max(disagreeing.total(), 1):.0%}"
                 for reason, n in disagreeing.most_common())
+partly = Counter(tier for (tier, _), (sent, shed_n) in by_key.items()
+                 if 0.05 < shed_n / sent < 0.95)
+keys = Counter(tier for tier, _ in by_key)
+sharpness = ", ".join(f"{partly[t]}/{keys[t]}" for t in sorted(keys))
 calls = ok + held + failed
 goodput = ok / window
 print(f"| {arm} | {everywhere / max(len(somewhere), 1):.1%} ({everywhere} of {len(somewhere)}) | "
@@ -269,14 +291,15 @@ print(f"| {arm} | {everywhere / max(len(somewhere), 1):.1%} ({everywhere} of {le
       f"{held:.0f} held back, {failed:.0f} failed) | "
       f"{sum(attempts.values()) / max(len(attempts), 1):.2f} | "
       f"{goodput:.0f}/s ({goodput / capacity:.1%}) | "
-      f"{important[1] / max(important[0], 1):.1%} | {why or 'none'} | {a_limits} / {b_limits} | {gates} |")
+      f"{important[1] / max(important[0], 1):.1%} | {why or 'none'} | {sharpness} | {a_limits} / {b_limits} | {gates} |")
 EOF
 }
 
-echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | disagreeing sheds by reason | limits by origin at A / B | A's gates: medians; a gate-second |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | disagreeing sheds by reason | keys shed in part, tiers 0-5 | limits by origin at A / B | A's gates: medians; a gate-second |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 run_arm tidegate
 run_arm "no peers"
 run_arm "no feedback"
 run_arm "no shared salt"
 run_arm "naive retries"
+run_arm "no shed-share line"

@@ -74,8 +74,8 @@ pub struct QueueStats {
 /// What a regulator reports about itself, for metrics and dashboards.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RegulatorState {
-    /// Fraction of arrivals it is rejecting now, in `[0, 1]` (PIE's drop probability, PID's
-    /// rejection ratio).
+    /// Fraction of arrivals it is rejecting now, in `[0, 1]` (PIE's drop probability, or the
+    /// ratio its line is drawn at with `PieConfig::line_at_shed_share`; PID's rejection ratio).
     pub reject_ratio: f64,
     /// The least important rank still admitted, when shedding by priority: ranks above it are
     /// rejected. `None` when nothing is cut off.

@@ -81,6 +81,20 @@ pub struct PieConfig {
     /// Default false (for callers that hold back nothing it changes little: a held rank's
     /// floor goes as soon as its arrivals meet it).
     pub callers_hold_back: bool,
+    /// Shedding by priority: draw the line at least at the share of the arrivals that this
+    /// gate kept out of the service (turned away, expired in the queue, or pushed out of it),
+    /// counted with this half-life, and keep the histogram of ranks the line is drawn on for
+    /// as long (at least the default second). An update at which the service has room (no
+    /// queue and a free slot) counts every arrival since the last as served, and the line
+    /// falls. Where the gate sees a few arrivals per update (100 a second, 33 served, in
+    /// front of a slow chain), PIE's delay estimate is noise, `p` stays far under the share
+    /// to shed, and the queue's timeout sheds the rest: which request expires depends on its
+    /// place in one gate's queue, and gates in front of the same service shed different
+    /// users. Gates in front of the same service measure the same share, and over seconds of
+    /// arrivals the same mix of ranks, so they draw the same line
+    /// (`docs/experiments/chain-lab.md`, "A line at the shed share"). `None` (default): the
+    /// line is PIE's `p` alone.
+    pub line_at_shed_share: Option<Nanos>,
     /// Seed of the drop draws when shedding at random. Default 0.
     pub seed: u64,
 }
@@ -98,6 +112,7 @@ impl Default for PieConfig {
             shed_by: ShedBy::Priority,
             cut_fall_rate: 0.05,
             callers_hold_back: false,
+            line_at_shed_share: None,
             seed: 0,
         }
     }
@@ -129,6 +144,11 @@ impl Default for PieConfig {
 /// rank that the cut-off sheds in full is turned away on the safeguard paths too, so that a
 /// short queue never lets in tier 5 while tier 1 is being shed.
 ///
+/// With [`PieConfig::line_at_shed_share`], the cut by priority is drawn at the higher of `p`
+/// and the share of the arrivals the gate did not serve, counted over seconds: a gate that sees
+/// less than a dequeue per update draws its line where the service needs it, not where PIE's
+/// noisy delay estimate leaves `p`.
+///
 /// Left out from the RFC: de-randomization (section 5.1), which needs a uniform coin and
 /// brings nothing to priority shedding; and the active/inactive switch on queue length, which
 /// the burst allowance and the safeguards cover.
@@ -156,6 +176,62 @@ pub struct Pie {
     /// The peers' mean drop probability and the share of the way to it `p` moves at each
     /// update ([`Regulator::hear_peers`]).
     peers: Option<(f64, f64)>,
+    /// With [`PieConfig::line_at_shed_share`]: what the gate kept out of its service.
+    shed_share: Option<ShedShare>,
+}
+
+/// The share of a gate's arrivals that did not go into its service, over decayed counts
+/// (see [`PieConfig::line_at_shed_share`]).
+#[derive(Debug)]
+struct ShedShare {
+    half_life: f64,
+    /// Arrivals seen by [`Regulator::on_arrival`], all of them, since the gate started.
+    arrivals: u64,
+    /// Decayed counts of the arrivals and of the requests the service answered.
+    arrived: f64,
+    served: f64,
+    /// The cumulative counts at the last update: arrivals, and requests the service answered
+    /// ([`QueueStats::completed`]; not those that left the queue, which the gate counts when
+    /// it takes an entry out to find it expired).
+    last_arrivals: u64,
+    last_served: u64,
+}
+
+impl ShedShare {
+    fn new(half_life: Nanos) -> ShedShare {
+        ShedShare {
+            half_life: half_life.max(Nanos::from_nanos(1)).as_secs_f64(),
+            arrivals: 0,
+            arrived: 0.0,
+            served: 0.0,
+            last_arrivals: 0,
+            last_served: 0,
+        }
+    }
+
+    /// Starts counting from the gate's totals now.
+    fn start(&mut self, queue: &QueueStats) {
+        (self.last_arrivals, self.last_served) = (self.arrivals, queue.completed);
+    }
+
+    /// Takes in the interval from `last` to `now` and returns the share shed.
+    fn update(&mut self, now: Time, last: Time, queue: &QueueStats) -> f64 {
+        let arrived = self.arrivals.saturating_sub(self.last_arrivals) as f64;
+        let mut served = queue.completed.saturating_sub(self.last_served) as f64;
+        self.start(queue);
+        if queue.len == 0 && queue.inflight < queue.limit {
+            // The service has room: whatever the line turned away, it could have served.
+            served = served.max(arrived);
+        }
+        let decay = 0.5f64.powf((now - last).as_secs_f64() / self.half_life);
+        self.arrived = self.arrived * decay + arrived;
+        self.served = self.served * decay + served;
+        if self.arrived > 0.0 {
+            unit(1.0 - self.served / self.arrived)
+        } else {
+            0.0
+        }
+    }
 }
 
 impl Pie {
@@ -177,9 +253,14 @@ impl Pie {
             last_dequeued: 0,
             rng: Rng::seed(config.seed),
             peers: None,
+            shed_share: config.line_at_shed_share.map(ShedShare::new),
             cutoff: {
-                let cutoff =
-                    PriorityCutoff::new(HISTORY_HALF_LIFE).with_fall_rate(config.cut_fall_rate);
+                let history = config
+                    .line_at_shed_share
+                    .map_or(HISTORY_HALF_LIFE, |half_life| {
+                        half_life.max(HISTORY_HALF_LIFE)
+                    });
+                let cutoff = PriorityCutoff::new(history).with_fall_rate(config.cut_fall_rate);
                 if config.callers_hold_back {
                     cutoff.with_held_ranks()
                 } else {
@@ -242,6 +323,9 @@ impl Pie {
 
 impl Regulator for Pie {
     fn on_arrival(&mut self, _: Time, priority: Priority, queue_len: usize) -> Verdict {
+        if let Some(share) = self.shed_share.as_mut() {
+            share.arrivals += 1;
+        }
         if self.shed_by == ShedBy::Priority {
             self.cutoff.record(priority.rank());
         }
@@ -278,6 +362,9 @@ impl Regulator for Pie {
     fn tick(&mut self, now: Time, queue: &QueueStats) {
         let Some(last) = self.last_tick.replace(now) else {
             self.last_dequeued = queue.dequeued;
+            if let Some(share) = self.shed_share.as_mut() {
+                share.start(queue);
+            }
             return;
         };
         let delay = self.estimate_delay(now, last, queue);
@@ -306,7 +393,11 @@ impl Regulator for Pie {
             self.burst = self.max_burst;
         }
         if self.shed_by == ShedBy::Priority {
-            self.cutoff.update(now, self.p);
+            let shed = self
+                .shed_share
+                .as_mut()
+                .map_or(0.0, |share| share.update(now, last, queue));
+            self.cutoff.update(now, self.p.max(shed));
         }
     }
 
@@ -316,7 +407,11 @@ impl Regulator for Pie {
 
     fn state(&self) -> RegulatorState {
         RegulatorState {
-            reject_ratio: self.p,
+            reject_ratio: match self.shed_by {
+                // The ratio the line is drawn at.
+                ShedBy::Priority => self.cutoff.ratio(),
+                ShedBy::Random => self.p,
+            },
             cutoff_rank: match self.shed_by {
                 ShedBy::Priority => self.cutoff.cutoff_rank(),
                 ShedBy::Random => None,
@@ -724,6 +819,55 @@ mod tests {
         );
     }
 
+    /// The chain's edge gate of `docs/experiments/chain-lab.md`: 100 arrivals a second of
+    /// tiers 0-5 (10, 10, 20, 20, 20, 20%) into a service answering 33 (10 slots of 300 ms)
+    /// with a 500 ms queue timeout, then 20 a second. `(expired a second, served a second,
+    /// the least share of tiers 4 and 5 turned away by the regulator, the greatest of tiers 0
+    /// and 1)` over 10-30 s, and the drop ratio 15 s after the overload ends.
+    fn edge_of_a_slow_chain(line_at_shed_share: Option<Nanos>) -> (f64, f64, f64, f64, f64) {
+        let mut setup = Setup::thousand_rps(&[(30_000, 100.0), (30_000, 20.0)])
+            .with_mix(Mix::Tiers(vec![0, 1, 2, 2, 3, 3, 4, 4, 5, 5]))
+            .with_timeout(Nanos::from_millis(500));
+        setup.service = Nanos::from_millis(300);
+        let mut pie = Pie::new(&PieConfig {
+            line_at_shed_share,
+            ..PieConfig::default()
+        });
+        let trace = run(&mut pie, &setup);
+        let overload = trace.between(10_000, 30_000);
+        let per_second = |n: u64| n as f64 / 20.0;
+        (
+            per_second(overload.iter().map(|w| w.expired).sum()),
+            per_second(overload.iter().map(|w| w.served).sum()),
+            trace
+                .tier_shed_share(4, 10_000, 30_000)
+                .min(trace.tier_shed_share(5, 10_000, 30_000)),
+            trace
+                .tier_shed_share(0, 10_000, 30_000)
+                .max(trace.tier_shed_share(1, 10_000, 30_000)),
+            trace.state_at(45_000).reject_ratio,
+        )
+    }
+
+    #[test]
+    fn a_line_at_the_shed_share_takes_the_cut_from_the_queue_timeout() {
+        // PIE alone: at half a dequeue per update its delay estimate is noise, `p` stays low,
+        // and the queue's timeout sheds most of what must go, by each entry's place in the
+        // queue rather than by a line.
+        let (expired, served, _, _, _) = edge_of_a_slow_chain(None);
+        assert!(expired > 30.0, "{expired} a second expired");
+        assert!(served > 32.0, "{served}");
+        // At the share shed, the line turns away what must go, the least important first,
+        // and the queue's timeout is left a few a second; the service stays full.
+        let (expired, served, least, most, after) = edge_of_a_slow_chain(Some(Nanos::from_secs(4)));
+        assert!(expired < 10.0, "{expired} a second expired");
+        assert!(served > 32.0, "{served}");
+        assert!(least > 0.99, "tiers 4-5: {least} turned away");
+        assert!(most < 0.01, "tiers 0-1: {most} turned away");
+        // Once the overload ends the service has room at every update, and the line goes.
+        assert_eq!(after, 0.0);
+    }
+
     #[test]
     fn configuration_reads_durations_and_rejects_unknown_keys() {
         let config: PieConfig =
@@ -731,6 +875,10 @@ mod tests {
         assert_eq!(config.target, Nanos::from_millis(20));
         assert_eq!(config.shed_by, ShedBy::Priority);
         assert_eq!(config.max_burst, Nanos::from_millis(150));
+        assert_eq!(config.line_at_shed_share, None);
+        let config: PieConfig = toml::from_str("line_at_shed_share = \"4s\"").expect("valid");
+        assert_eq!(config.line_at_shed_share, Some(Nanos::from_secs(4)));
+        assert!(toml::from_str::<PieConfig>("line_at_shed_share = 4").is_err());
         assert!(toml::from_str::<PieConfig>("tarket = \"20ms\"").is_err());
     }
 }
