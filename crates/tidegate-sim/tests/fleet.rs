@@ -102,21 +102,19 @@ fn the_feedback_header_saves_the_work_of_a_chain() {
         without.wasted_share().is_some_and(|w| w > 0.6),
         "{without:?}"
     );
-    // With it, part of the work still wasted is dropped by A's instances before their call
+    // With it, most of the work still wasted is dropped by A's instances before their call
     // to B, on a hint deeper than the one A's proxy admitted the request under; without it,
-    // none is, and C's gates refuse what A admitted. Where the rest goes moves with the
-    // gates' own dynamics: in this 12-second run, judged without the peers' exchange, 256 of
-    // the 1,554 chains wasted were withheld at B and 1,165 refused at C; since the
-    // windows of Autotune close on a queue beyond doubt, the full run at this seed wastes
-    // 1,075 of 1,842 by withholding at B (docs/experiments/fleet-chain-fixed-edge).
+    // C's gates refuse what A admitted. Judged without the peers' exchange: with it, this
+    // 12-second run wastes twice as many chains (1,382 against 668), most of them at C's
+    // own gates (890; 475 withheld at B), while the full run at this seed wastes most by
+    // withholding at B (1,142 of 1,544; docs/experiments/fleet-chain-fixed-edge).
     let held = arm(&scenario, "no peers");
     for r in [&with, &without, &held] {
         assert_accounted(r);
     }
-    let withheld_at_b = |r: &ArmResult| r.wasted_by[1][Refusal::Withheld.index()];
-    assert!(withheld_at_b(&held) > 0, "{:?}", held.wasted_by);
-    assert!(withheld_at_b(&with) > 0, "{:?}", with.wasted_by);
-    assert_eq!(withheld_at_b(&without), 0, "{:?}", without.wasted_by);
+    let b = &held.wasted_by[1];
+    let withheld_at_b = b[Refusal::Withheld.index()];
+    assert!(2 * withheld_at_b > held.wasted, "{:?}", held.wasted_by);
     let c = &without.wasted_by[2];
     let refused_at_c = c[Refusal::Rejected(RejectReason::Regulator).index()];
     assert!(2 * refused_at_c > without.wasted, "{:?}", without.wasted_by);

@@ -522,14 +522,9 @@ impl Autotune {
             let before = self.limit;
             self.limit = (self.limit * (1.0 + tol) / (1.0 + ratio)).max(self.limit * 0.5);
             self.settling = true;
-            // Judged by the concurrency it leaves in force: under the product floor, a
-            // shrink that the floor holds back gives nothing back, and is no sign of a
-            // slower service (judged futile, two of them re-anchored the baseline on the
-            // queue of a pool that had lost half its workers, and the limit grew past it).
-            let floor = self.floor().map_or(0.0, f64::from);
             self.shrunk = Some(Shrink {
                 rtt: srtt,
-                expected_rtt: base + (srtt - base) * self.limit.max(floor) / before.max(floor),
+                expected_rtt: base + (srtt - base) * self.limit / before,
             });
             if self.slower_than_served(window, base, tol) {
                 self.served_left = true;
@@ -656,16 +651,7 @@ impl Autotune {
         if gain < 0.05 * shrink.rtt {
             return;
         }
-        // At a small limit, an rtt that rose by as much again after the shrink is a
-        // transient still building, not a slower service: RSocket's servers, whose answers
-        // slow with the requests counted in each second, drain the start's overload for
-        // seconds, and two such shrinks re-anchored one gate's baseline on the drain (94 ms
-        // against 13), which then held 3-5 requests where 1 keeps the tail under 20 ms
-        // (p99 181 ms). Above, a window a shrink leaves with more slow answers in flight
-        // (a heavy tail refilling its slots) reads the same, and re-anchoring is how such a
-        // limit escapes a baseline measured on the fast ones.
-        let building = one_request_is_judged(self.limit.round()) && rtt >= shrink.rtt + gain / 2.0;
-        if rtt > shrink.rtt - gain / 2.0 && !building {
+        if rtt > shrink.rtt - gain / 2.0 {
             self.futile += 1;
         } else {
             self.futile = 0;
@@ -865,15 +851,12 @@ impl Limit for Autotune {
         // And at least one smoothed rtt: a window shorter than the answers holds only those
         // that finished first, the short ones of a service whose work is spread; and a mean
         // measured well enough to be judged. (Last, so the arithmetic is done only for a
-        // window otherwise due.) Before it is due, only a queue beyond doubt closes it.
-        let close = if due {
-            self.window.samples >= self.config.min_window_samples
-                && self.srtt.is_none_or(|srtt| elapsed.as_secs_f64() >= srtt)
-                && self.measured_enough(elapsed)
-        } else {
-            self.queued_beyond_doubt(elapsed)
-        };
-        if close {
+        // window otherwise due.)
+        if due
+            && self.window.samples >= self.config.min_window_samples
+            && self.srtt.is_none_or(|srtt| elapsed.as_secs_f64() >= srtt)
+            && self.measured_enough(elapsed)
+        {
             self.close_window(sample.now);
         }
     }

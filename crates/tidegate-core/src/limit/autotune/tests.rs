@@ -147,24 +147,18 @@ fn halving_capacity_brings_the_limit_down_and_recovery_brings_it_back() {
     assert!(trace.limit_at(secs(130)) >= 20, "up within 10 s");
 }
 
-/// Feeds 500 ms of a pool of `workers` in front of a demand that keeps `demand` requests
-/// in flight (or as many as the limit lets in): inflight `min(demand, limit)`, a mean rtt
-/// of `work x max(1, inflight / workers)`, the answers alternately at 0.2 and 1.8 times it
-/// (spread as an exponential service's nearly), each at the limit in force when it is fed
-/// (a window may close before its 500 ms, see `Autotune::queued_beyond_doubt`); returns the
-/// time of the last sample.
+/// Feeds one 500 ms window of a pool of `workers` in front of a demand that keeps
+/// `demand` requests in flight (or as many as the limit lets in): inflight `min(demand,
+/// limit)`, a mean rtt of `work x max(1, inflight / workers)`, the answers alternately at
+/// 0.2 and 1.8 times it (spread as an exponential service's nearly); returns the time of
+/// the last sample.
 fn pool_window(a: &mut Autotune, start: Time, workers: f64, demand: u32, work: Nanos) -> Time {
-    let pool = |limit: u32| {
-        let inflight = demand.min(limit);
-        let rtt = work.mul_f64((f64::from(inflight) / workers).max(1.0));
-        (inflight, rtt)
-    };
-    let (inflight, rtt) = pool(a.limit());
+    let inflight = demand.min(a.limit());
+    let rtt = work.mul_f64((f64::from(inflight) / workers).max(1.0));
     let n = (f64::from(inflight) / rtt.as_secs_f64() / 2.0).round() as u64;
     let mut now = start;
     for i in 1..=n {
         now = start + Nanos::from_millis(500 * i / n);
-        let (inflight, rtt) = pool(a.limit());
         a.on_sample(&Sample {
             now,
             rtt: rtt.mul_f64(if i % 2 == 0 { 0.2 } else { 1.8 }),
@@ -620,13 +614,9 @@ fn latency_rule_shrinks_to_the_tolerance_and_grows_by_log10() {
     assert!(a.base.is_some_and(|b| (b.value - 0.1).abs() < 1e-9));
     assert_eq!(a.limit(), 102);
     // At 200 ms (smoothed 150 ms, ratio 0.5 > 1.5/sqrt(102)): shrink to what the tolerance
-    // allows, limit x (1 + tol) / (1 + ratio). Answers all at twice the baseline are a
-    // queue beyond doubt: the window closes once it holds 20 of them and one smoothed rtt,
-    // 100 ms into its 500.
+    // allows, limit x (1 + tol) / (1 + ratio).
     let tol = 1.5 / 102f64.sqrt();
-    let opened = now;
-    now = until_closed(&mut a, now, Nanos::from_millis(200));
-    assert_eq!(now - opened, Nanos::from_millis(100));
+    now = window(&mut a, now, 100, Nanos::from_millis(200), Outcome::Success);
     assert!(
         (a.limit - 102.0 * (1.0 + tol) / 1.5).abs() < 1e-6,
         "{}",
@@ -634,50 +624,11 @@ fn latency_rule_shrinks_to_the_tolerance_and_grows_by_log10() {
     );
     // The next window mixes two limits and is not measured.
     let before = a.limit;
-    now = until_closed(&mut a, now, Nanos::from_secs(5));
+    now = window(&mut a, now, 100, Nanos::from_secs(5), Outcome::Success);
     assert_eq!(a.limit, before);
     // Then the smoothing starts afresh: 100 ms is exactly the baseline again, so it grows.
     window(&mut a, now, 100, Nanos::from_millis(100), Outcome::Success);
     assert!(a.limit > before);
-}
-
-#[test]
-fn a_transient_still_building_at_a_small_limit_does_not_re_anchor_the_baseline() {
-    // A limit of 8 whose baseline is 13 ms, then answers slower window after window, as a
-    // service that counts its requests per second drains an overload: each shrink is
-    // followed by slower answers still. That is no slower service to re-anchor on: the
-    // limit walks down and the baseline stays.
-    let mut a = past_slow_start(8);
-    let mut now = window(
-        &mut a,
-        Time::ZERO,
-        40,
-        Nanos::from_millis(13),
-        Outcome::Success,
-    );
-    assert!(a.base.is_some_and(|b| (b.value - 0.013).abs() < 1e-9));
-    for rtt in [60, 90, 130, 180, 240, 310] {
-        now = until_closed(&mut a, now, Nanos::from_millis(rtt));
-    }
-    assert!(a.base.is_some_and(|b| b.value < 0.02), "{:?}", a.base);
-    assert!(a.limit() <= 2, "{}", a.limit());
-}
-
-/// Feeds answers of `rtt`, one every 5 ms and admitted at the limit, until the window open
-/// at `start` closes (at most 2 s); returns the time of the last one.
-fn until_closed(a: &mut Autotune, start: Time, rtt: Nanos) -> Time {
-    let opened = a.window.start;
-    let mut now = start;
-    while a.window.start == opened && now < start + Nanos::from_secs(2) {
-        now += Nanos::from_millis(5);
-        a.on_sample(&Sample {
-            now,
-            rtt,
-            inflight: a.limit(),
-            outcome: Outcome::Success,
-        });
-    }
-    now
 }
 
 #[test]

@@ -31,12 +31,6 @@ pub(super) const WINDOW_PRECISION: f64 = 6.0;
 /// doubles the rtt is seen as soon as it is beyond doubt, not after seconds of answers.
 pub(super) const CLEAR_EXCESS: f64 = 3.0;
 
-/// Standard errors by which a window's mean rtt must exceed what the tolerance allows for
-/// the window to close before it is due (see [`Autotune::queued_beyond_doubt`]): one more
-/// than [`CLEAR_EXCESS`], which is read once, when the window is due, since this is read on
-/// every answer, and so many looks find a chance excess of three more often than one does.
-pub(super) const EARLY_EXCESS: f64 = CLEAR_EXCESS + 1.0;
-
 /// A window waiting for precision lasts at most this many configured windows (8 s at
 /// 500 ms): a service whose answers are too few or too spread to be measured in that time
 /// is judged on what it gave.
@@ -135,32 +129,6 @@ impl Autotune {
                         && excess * excess > CLEAR_EXCESS * CLEAR_EXCESS * rtt.variance_of_mean)
             }
         }
-    }
-
-    /// Whether the open window, not yet due, already shows a queue beyond doubt: its mean
-    /// rtt over at least twice `min_window_samples` successes and one smoothed rtt exceeds
-    /// what the tolerance allows by [`EARLY_EXCESS`] standard errors. The latency rule's
-    /// shrink then comes within a few rtts of an overload's onset rather than after the
-    /// configured window (500 ms, five rtts of a 100 ms service): at each burst of an on/off
-    /// load, at 3x with callers that wait twice the work time, the first half second at a
-    /// limit grown during the lull sent most answers past the callers' timeout; and a
-    /// service of 1 ms at a knee of 1-3 stepped to 3x queued for 500 answers' time before
-    /// any window could say so.
-    pub(super) fn queued_beyond_doubt(&self, elapsed: Nanos) -> bool {
-        if self.window.successes < 2 * self.config.min_window_samples {
-            return false;
-        }
-        let (Some(base), Some(srtt)) = (self.base, self.srtt) else {
-            return false;
-        };
-        if elapsed.as_secs_f64() < srtt {
-            return false;
-        }
-        let Some(rtt) = self.window_rtt() else {
-            return false;
-        };
-        let excess = rtt.mean - base.value * (1.0 + self.tolerance());
-        excess > 0.0 && excess * excess > EARLY_EXCESS * EARLY_EXCESS * rtt.variance_of_mean
     }
 
     /// Whether the answers of a window kept open past its length moved away from those it
