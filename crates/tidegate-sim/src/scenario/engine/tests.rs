@@ -240,9 +240,9 @@ fn capacity_changes_apply_on_schedule() {
     assert!(close(run.steady.figures.p99_ms, 50.0), "{:?}", run.steady);
 }
 
-#[test]
-fn settling_is_measured_from_the_overload_start() {
-    let series: Vec<Second> = [50, 40, 30, 30, 22, 19, 21, 20, 15, 20, 20, 20]
+/// A series whose `i`-th entry (from 1) holds the `i`-th limit of `limits`.
+fn limit_series(limits: &[u32]) -> Vec<Second> {
+    limits
         .iter()
         .enumerate()
         .map(|(i, &l)| Second {
@@ -250,7 +250,12 @@ fn settling_is_measured_from_the_overload_start() {
             limit: Some(l),
             ..Second::default()
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn settling_is_measured_from_the_overload_start() {
+    let series = limit_series(&[50, 40, 30, 30, 22, 19, 21, 20, 15, 20, 20, 20]);
     // From second 5 on, the median of five is within 20% of 20; the lone 15 is a probe.
     assert_eq!(settle_time(&series, 1.0, 1.0, 20.0), Some(4.0));
     assert_eq!(settle_time(&series, 1.0, 1.0, 100.0), None);
@@ -264,24 +269,13 @@ fn settling_is_measured_from_the_overload_start() {
 
 #[test]
 fn a_small_limit_one_request_from_its_mean_is_settled() {
-    let series = |limits: &[u32]| -> Vec<Second> {
-        limits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| Second {
-                second: i as u32 + 1,
-                limit: Some(l),
-                ..Second::default()
-            })
-            .collect()
-    };
     // Held at 2 with a probe of 1 now and then (a mean of 1.7): 20% of it is a third of a
     // request, which neither 1 nor 2 is within; one request is the smallest move a limit
     // makes.
-    let held = series(&[9, 6, 4, 2, 2, 1, 2, 2, 1, 1, 2, 2, 1, 2, 2]);
+    let held = limit_series(&[9, 6, 4, 2, 2, 1, 2, 2, 1, 1, 2, 2, 1, 2, 2]);
     assert_eq!(settle_time(&held, 1.0, 1.0, 1.7), Some(3.0));
     // Wandering 1 to 4 around 2.5 is not settled until it stops.
-    let wandering = series(&[1, 4, 4, 4, 1, 1, 1, 4, 4, 4, 2, 2, 2, 3, 2]);
+    let wandering = limit_series(&[1, 4, 4, 4, 1, 1, 1, 4, 4, 4, 2, 2, 2, 3, 2]);
     assert_eq!(settle_time(&wandering, 1.0, 1.0, 2.5), Some(10.0));
 }
 
