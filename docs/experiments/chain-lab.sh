@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 15's chain on real sockets (docs/experiments/chain-lab.md): a 2-hop chain on 127.0.0.1,
 # each hop 3 `tidegate proxy` processes in front of 3 `tidegate origin`s (each proxy balancing
-# over all 3), A's origins calling B through B's proxies (`tidegate origin --call`), three
+# over all 3), A's origins calling B through B's proxies (`tidegate origin --call`, each
+# origin round-robin over all 3, one cut-off held for them), three
 # `tidegate load`s as the clients (one per A proxy, 600 caller keys shared by the three, each
 # key always the same tier, tiers 0-5), retrying as `tidegate-tower`'s RetryLayer does.
 # A third of the way in, B's origins slow down to half their capacity, and the clients offer
@@ -180,8 +181,14 @@ run_arm() {
     done
     for i in 0 1 2; do
         a_origins+=($((base + 30 + i)))
+        # Each A origin calls all of B's proxies, round-robin (starting at its own), and holds
+        # the deepest cut-off any of them said: the same one at every A origin.
+        local calls_to=() j
+        for j in 0 1 2; do
+            calls_to+=("http://127.0.0.1:${b_proxies[(i + j) % 3]}/")
+        done
         start_origin "a-origin-$i" "${a_origins[i]}" --workers 16 --work 1ms --seed $((i + 11)) \
-            --call "http://127.0.0.1:${b_proxies[i]}/" "${ignore[@]}" "${origin_peers[@]}"
+            --call "$(IFS=,; echo "${calls_to[*]}")" "${ignore[@]}" "${origin_peers[@]}"
     done
     for i in 0 1 2; do
         a_proxies+=($((base + 40 + i)))

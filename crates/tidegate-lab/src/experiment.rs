@@ -372,7 +372,7 @@ async fn run_real(
         lease,
         seed: scenario.seed,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        call: None,
+        call: Vec::new(),
         call_feedback: true,
         peers: None,
     })

@@ -21,8 +21,8 @@
 //!   says, for runs without a proxy.
 //!
 //! With `call`, each request calls the next hop of a chain once its own work is done
-//! (`call`), and is answered 200 only if that call was: a chain of proxies and origins on
-//! loopback.
+//! (`call`, round-robin over its URLs, holding the deepest cut-off any of them said), and is
+//! answered 200 only if that call was: a chain of proxies and origins on loopback.
 //!
 //! With `peers`, each listener keeps a board of the `tidegate-peer` stamps of the proxies in
 //! front of it and says their means on every response (`tidegate-peers`, `docs/peers.md`), as
@@ -84,8 +84,9 @@ pub struct OriginConfig {
     /// The front listener. With several instances, instance `i` listens on the next port
     /// `+ 1 + i` (or on any free port when this port is 0).
     pub listen: SocketAddr,
-    /// The next hop each request calls once its work is done, if any.
-    pub call: Option<http::Uri>,
+    /// The next hop each request calls once its work is done: its instances, called
+    /// round-robin, their cut-offs held as one (the deepest in force). Empty: no call.
+    pub call: Vec<http::Uri>,
     /// Whether those calls honour the next hop's `tidegate-cutoff` and pass it on. Default
     /// true.
     pub call_feedback: bool,
@@ -103,7 +104,7 @@ impl OriginConfig {
             lease: None,
             seed: 1,
             listen,
-            call: None,
+            call: Vec::new(),
             call_feedback: true,
             peers: None,
         }
@@ -218,7 +219,7 @@ impl Origin {
         } = self;
         let engine = Engine::new(config.service, config.lease.as_ref(), config.seed);
         let feedback = config.call_feedback;
-        let next = Arc::new(config.call.map(|url| NextHop::new(url, feedback)));
+        let next = Arc::new(NextHop::new(config.call, feedback));
         let (commands, receiver) = mpsc::channel();
         std::thread::Builder::new()
             .name("tidegate-origin-model".to_owned())

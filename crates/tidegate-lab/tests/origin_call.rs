@@ -1,6 +1,7 @@
 //! An origin that calls the next hop of a chain (`OriginConfig::call`, `tidegate origin
 //! --call`) over loopback: it forwards the request's priority, answers by the call's outcome,
-//! holds back what the next hop's cut-off refuses, and passes that cut-off on.
+//! holds back what the next hop's cut-off refuses, and passes that cut-off on; a next hop of
+//! several instances is called round-robin, the deepest cut-off of any held for all.
 
 #![allow(
     clippy::expect_used,
@@ -28,6 +29,12 @@ use tokio::net::TcpListener;
 /// A next hop that cuts past rank 128 (tiers 0 and 1, cohort 0): it refuses what ranks
 /// below and says so in `tidegate-cutoff`; it records the priority of every request.
 async fn next_hop() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    hop(true).await
+}
+
+/// A next hop that records the priority of every request, and cuts as [`next_hop`] if
+/// `cuts` (else admits everything and says no cut-off).
+async fn hop(cuts: bool) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -48,7 +55,7 @@ async fn next_hop() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                         .parse::<tidegate_core::Priority>()
                         .map_or(u16::MAX, |p| p.rank());
                     let mut response = Response::new(Full::new(Bytes::from_static(b"ok\n")));
-                    if rank > 128 {
+                    if cuts && rank > 128 {
                         *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                         response.headers_mut().insert(
                             "tidegate-cutoff",
@@ -80,7 +87,7 @@ async fn get(addr: SocketAddr, path: &str, priority: &str) -> (StatusCode, Optio
 /// An origin calling `hop` at `/b`, feedback on or off.
 fn calling(hop: SocketAddr, service: ServiceConfig, feedback: bool) -> OriginConfig {
     let mut config = OriginConfig::new(service, "127.0.0.1:0".parse().unwrap());
-    config.call = Some(format!("http://{hop}/b").parse().unwrap());
+    config.call = vec![format!("http://{hop}/b").parse().unwrap()];
     config.call_feedback = feedback;
     config
 }
@@ -123,6 +130,47 @@ async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff()
         "tidegate_origin_calls_total{outcome=\"held_back\"} 1",
         "tidegate_origin_calls_total{outcome=\"failed\"} 1",
         "tidegate_origin_invalid_cutoffs_total 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deepest_cutoff_of_several_instances_holds_for_all_and_is_passed_on() {
+    // Two instances of the next hop, called round-robin: the first cuts past 128, the other
+    // admits everything and says no cut-off.
+    let (cutting, cut_seen) = hop(true).await;
+    let (open, open_seen) = hop(false).await;
+    let mut config = calling(cutting, ServiceConfig::default(), true);
+    config
+        .call
+        .push(format!("http://{open}/b").parse().unwrap());
+    let origin = common::start(config).await;
+    let addr = origin.addr;
+
+    // The first call goes to the cutting instance: refused there, its cut-off passed on.
+    let (status, cutoff, body) = get(addr, "/a", "2/0").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert!(cutoff.is_some_and(|c| c.starts_with("rank=128, ttl=")));
+    // The next would go to the other instance, which admits it: held back all the same.
+    let (status, cutoff, body) = get(addr, "/a", "2/0").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(cutoff.is_some_and(|c| c.starts_with("rank=128, ttl=")));
+    // What the cut-off admits goes there, and the answer still says the cut-off.
+    let (status, cutoff, body) = get(addr, "/a", "0/5").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(cutoff.is_some_and(|c| c.starts_with("rank=128, ttl=")));
+    // Round-robin among the calls sent: the next goes to the cutting instance again.
+    let (status, _, body) = get(addr, "/a", "1/0").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    assert_eq!(*cut_seen.lock().unwrap(), ["2/0", "1/0"]);
+    assert_eq!(*open_seen.lock().unwrap(), ["0/5"]);
+    let (_, _, metrics) = get(addr, "/metrics", "").await;
+    for line in [
+        "tidegate_origin_calls_total{outcome=\"ok\"} 2",
+        "tidegate_origin_calls_total{outcome=\"held_back\"} 1",
+        "tidegate_origin_calls_total{outcome=\"failed\"} 1",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
     }

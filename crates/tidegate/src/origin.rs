@@ -101,8 +101,12 @@ pub(crate) struct OriginArgs {
     /// in front of other origins) with the request's tidegate-priority, and answer 200 only
     /// if it answered 2xx (502 otherwise); a tidegate-cutoff it says is honoured (requests
     /// it refuses are not sent: 503) and passed back on this origin's responses.
-    #[arg(long, value_name = "URL", value_parser = parse_call)]
-    call: Option<http::Uri>,
+    ///
+    /// Repeat, or give a comma-separated list, for a next hop of several instances (e.g.
+    /// all of its proxies): they are called round-robin, and the deepest cut-off any of them
+    /// said holds for every call until it lapses, and is the one passed back.
+    #[arg(long, value_name = "URL", value_parser = parse_call, value_delimiter = ',')]
+    call: Vec<http::Uri>,
     /// With --call: ignore the next hop's tidegate-cutoff (send everything, pass nothing
     /// on), for a chain without the feedback to compare with.
     #[arg(long, requires = "call")]

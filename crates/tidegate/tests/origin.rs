@@ -117,6 +117,20 @@ fn bad_flags_are_usage_errors_naming_the_flag() {
         (&["origin", "--jitter", "1.5"], "service.jitter"),
         (&["origin", "--change", "60s:speed=2"], "--change"),
         (&["origin", "--lease", "0"], "--lease"),
+        (
+            &["origin", "--call", "http://127.0.0.1:1/,ftp://127.0.0.1:2/"],
+            "\"ftp://127.0.0.1:2/\": expected http://",
+        ),
+        (
+            &[
+                "origin",
+                "--call",
+                "http://127.0.0.1:1/",
+                "--call",
+                "127.0.0.1:2",
+            ],
+            "\"127.0.0.1:2\": expected http://",
+        ),
     ] {
         let out = tidegate().args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

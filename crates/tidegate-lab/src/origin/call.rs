@@ -8,9 +8,16 @@
 //! whatever the cut-off since), keeps the next hop's cut-off (`tidegate-cutoff`, `docs/feedback.md`) and drops
 //! before sending what that cut-off refuses, and says the cut-off it holds on its own
 //! response, so that the proxy in front of it stops admitting what the hop behind refuses.
+//!
+//! The next hop may be several instances (`--call` repeated, e.g. every proxy of the next
+//! hop), called round-robin as a real service's client balances. Their cut-offs go into one
+//! `Feedback`, which holds the deepest until it lapses: every call is held to it whichever
+//! instance it would go to, and the one cut-off is what this hop passes on. With a cut-off
+//! held per instance, a request the deeper one refuses is still sent to the looser, and the
+//! origins in front of one instance pass on another cut-off than those in front of the next.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -42,11 +49,15 @@ pub(crate) enum Called {
     Failed(Option<StatusCode>),
 }
 
-/// The next hop and what is known of its cut-off.
+/// The next hop's instances and what is known of its cut-off.
 #[derive(Debug)]
 pub(crate) struct NextHop {
-    url: Uri,
+    /// The instances, called round-robin (never empty).
+    urls: Vec<Uri>,
+    /// The round-robin's count of calls sent.
+    sent: AtomicUsize,
     client: Client<HttpConnector, Empty<Bytes>>,
+    /// The deepest cut-off any instance said, in force until it lapses.
     feedback: Mutex<Feedback>,
     /// Whether to hold back what the cut-off refuses and pass it on (off: the chain without
     /// feedback, to compare with).
@@ -61,9 +72,14 @@ pub(crate) struct NextHop {
 }
 
 impl NextHop {
-    pub(crate) fn new(url: Uri, honour_cutoff: bool) -> NextHop {
-        NextHop {
-            url,
+    /// The next hop at `urls`, `None` when there is none.
+    pub(crate) fn new(urls: Vec<Uri>, honour_cutoff: bool) -> Option<NextHop> {
+        if urls.is_empty() {
+            return None;
+        }
+        Some(NextHop {
+            urls,
+            sent: AtomicUsize::new(0),
             client: Client::builder(TokioExecutor::new()).build_http(),
             feedback: Mutex::new(Feedback::default()),
             honour_cutoff,
@@ -71,7 +87,7 @@ impl NextHop {
             ended: Default::default(),
             priority_invalid: AtomicU64::new(0),
             priority_ignored: AtomicU64::new(0),
-        }
+        })
     }
 
     fn now(&self) -> Time {
@@ -115,7 +131,9 @@ impl NextHop {
         {
             return Called::HeldBack;
         }
-        let mut request = Request::get(self.url.clone());
+        // Round-robin over the instances, among the calls sent (a call held back goes nowhere).
+        let url = &self.urls[self.sent.fetch_add(1, Ordering::Relaxed) % self.urls.len()];
+        let mut request = Request::get(url.clone());
         for value in carried {
             request = request.header(&PRIORITY, value);
         }
