@@ -286,11 +286,10 @@ where
                 state.stats.sent += 1;
                 if state.hold_for_chain && served.under.is_none() {
                     let line = state.feedback.under(now);
-                    served.under = Some(if own {
-                        line
-                    } else {
-                        priority::hold_chain(line)
-                    });
+                    served.under = Some(line);
+                    if !own {
+                        priority::hold_chain(line);
+                    }
                 }
                 None
             }

@@ -69,18 +69,16 @@ pub fn current_served() -> Option<Served> {
     CURRENT.try_with(|scope| scope.served.get()).ok()
 }
 
-/// The chain hint of the request being served: the one it came with, or else `under`, which
-/// it then keeps for the rest of the request (an edge admits a chain once, at its first call).
-/// Outside a scope, `under` for this call alone.
-pub(crate) fn hold_chain(under: u16) -> u16 {
-    CURRENT
-        .try_with(|scope| {
-            let mut served = scope.served.get();
-            let held = *served.under.get_or_insert(under);
-            scope.served.set(served);
-            held
-        })
-        .unwrap_or(under)
+/// Gives the request being served, if any, the chain hint `under` its first call was
+/// admitted under: it keeps it for the rest of the request (an edge admits a chain once).
+pub(crate) fn hold_chain(under: u16) {
+    let _ = CURRENT.try_with(|scope| {
+        let served = scope.served.get();
+        scope.served.set(Served {
+            under: Some(under),
+            ..served
+        });
+    });
 }
 
 /// Runs `future` with `priority` as the current priority: outbound calls made by it carry it.
