@@ -84,6 +84,14 @@ async fn get(addr: SocketAddr, path: &str, priority: &str) -> (StatusCode, Optio
     .await
 }
 
+/// Fails unless the origin's `/metrics` holds each of `lines`, whole.
+async fn assert_metrics_show(addr: SocketAddr, lines: &[&str]) {
+    let (_, _, metrics) = get(addr, "/metrics", "").await;
+    for line in lines {
+        assert!(metrics.lines().any(|l| l == *line), "{line} in\n{metrics}");
+    }
+}
+
 /// An origin calling `hop` at `/b`, feedback on or off.
 fn calling(hop: SocketAddr, service: ServiceConfig, feedback: bool) -> OriginConfig {
     let mut config = OriginConfig::new(service, "127.0.0.1:0".parse().unwrap());
@@ -124,15 +132,16 @@ async fn an_origin_calls_the_next_hop_with_the_priority_and_honours_its_cutoff()
     assert_eq!(status, StatusCode::OK);
     assert_eq!(*seen.lock().unwrap(), ["0/5", "2/0", "1/0"]);
 
-    let (_, _, metrics) = get(addr, "/metrics", "").await;
-    for line in [
-        "tidegate_origin_calls_total{outcome=\"ok\"} 2",
-        "tidegate_origin_calls_total{outcome=\"held_back\"} 1",
-        "tidegate_origin_calls_total{outcome=\"failed\"} 1",
-        "tidegate_origin_invalid_cutoffs_total 0",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
-    }
+    assert_metrics_show(
+        addr,
+        &[
+            "tidegate_origin_calls_total{outcome=\"ok\"} 2",
+            "tidegate_origin_calls_total{outcome=\"held_back\"} 1",
+            "tidegate_origin_calls_total{outcome=\"failed\"} 1",
+            "tidegate_origin_invalid_cutoffs_total 0",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,14 +175,15 @@ async fn the_deepest_cutoff_of_several_instances_holds_for_all_and_is_passed_on(
 
     assert_eq!(*cut_seen.lock().unwrap(), ["2/0", "1/0"]);
     assert_eq!(*open_seen.lock().unwrap(), ["0/5"]);
-    let (_, _, metrics) = get(addr, "/metrics", "").await;
-    for line in [
-        "tidegate_origin_calls_total{outcome=\"ok\"} 2",
-        "tidegate_origin_calls_total{outcome=\"held_back\"} 1",
-        "tidegate_origin_calls_total{outcome=\"failed\"} 1",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
-    }
+    assert_metrics_show(
+        addr,
+        &[
+            "tidegate_origin_calls_total{outcome=\"ok\"} 2",
+            "tidegate_origin_calls_total{outcome=\"held_back\"} 1",
+            "tidegate_origin_calls_total{outcome=\"failed\"} 1",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,13 +196,14 @@ async fn a_malformed_priority_or_chain_hint_is_counted() {
     get(addr, "/a", "0/5, under=high").await;
     get(addr, "/a", "0/6, under=767, x").await;
     get(addr, "/a", "high").await;
-    let (_, _, metrics) = get(addr, "/metrics", "").await;
-    for line in [
-        "tidegate_origin_priority_header_ignored_total 2",
-        "tidegate_origin_priority_header_invalid_total 1",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
-    }
+    assert_metrics_show(
+        addr,
+        &[
+            "tidegate_origin_priority_header_ignored_total 2",
+            "tidegate_origin_priority_header_invalid_total 1",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,9 +5,10 @@
 //! It does what `tidegate-tower`'s outbound layer does for a real service: it sends the
 //! priority the request came with (`tidegate-priority`, so the next hop ranks it as the first
 //! did, with the hint the edge admitted the chain under: a call that hint admits is sent
-//! whatever the cut-off since), keeps the next hop's cut-off (`tidegate-cutoff`, `docs/feedback.md`) and drops
-//! before sending what that cut-off refuses, and says the cut-off it holds on its own
-//! response, so that the proxy in front of it stops admitting what the hop behind refuses.
+//! whatever the cut-off since), keeps the next hop's cut-off (`tidegate-cutoff`,
+//! `docs/feedback.md`) and drops before sending what that cut-off refuses, and says the
+//! cut-off it holds on its own response, so that the proxy in front of it stops admitting
+//! what the hop behind refuses.
 //!
 //! The next hop may be several instances (`--call` repeated, e.g. every proxy of the next
 //! hop), called round-robin as a real service's client balances. Their cut-offs go into one
