@@ -341,6 +341,10 @@ pub struct Autotune {
     /// standard errors above the baseline: a concurrency at which the slower service
     /// queued.
     slower_at: Option<f64>,
+    /// Windows in a row that cast doubt on the baseline, and whether they have (see
+    /// [`Autotune::weigh_baseline`]).
+    doubting: u32,
+    base_in_doubt: bool,
     /// The window's successes and the sum of their rtts, in seconds, when it was first due
     /// (see [`Autotune::moved_since_due`]).
     at_due: Option<(u32, f64)>,
@@ -393,6 +397,8 @@ impl Autotune {
             served: None,
             served_left: false,
             slower_at: None,
+            doubting: 0,
+            base_in_doubt: false,
             at_due: None,
             ring: [RingWindow::EMPTY; RING],
             filled: 0,
@@ -425,6 +431,8 @@ impl Autotune {
         // What the service kept up with before says nothing of an rtt measured now.
         self.light = None;
         self.forget_served();
+        self.doubting = 0;
+        self.base_in_doubt = false;
         // Seeded by a censored window only, the smoothed rtt is the short answers' mean: the
         // next window that is not censored anchors instead (see `latency_rule`). A trial
         // judged elastic re-anchored a cache in front of a slow store (90% of answers at
@@ -437,8 +445,19 @@ impl Autotune {
         };
     }
 
-    /// The latency rule, on one closed window; returns what it did.
-    fn latency_rule(&mut self, rtt: Option<WindowRtt>, censored: bool) -> Move {
+    /// Anchors the baseline on the smoothed rtt `srtt` or on `window`'s own mean, whichever
+    /// is larger.
+    fn anchor_at_least(&mut self, window: &WindowRtt, srtt: f64) {
+        if window.mean > srtt {
+            self.srtt = Some(window.mean);
+            self.srtt_var = window.variance_of_mean;
+        }
+        self.anchor();
+    }
+
+    /// The latency rule, on one closed window (`unbound`: its demand never filled the
+    /// limit); returns what it did.
+    fn latency_rule(&mut self, rtt: Option<WindowRtt>, censored: bool, unbound: bool) -> Move {
         // The successes' latency is learnt even in a window with drops.
         if let Some(window) = rtt {
             let w = self.config.smoothing.clamp(f64::MIN_POSITIVE, 1.0);
@@ -472,11 +491,7 @@ impl Autotune {
                     // this window's own mean (after a first window of a cached service's
                     // fast answers, anchored well under the mean, every window after read
                     // as a queue).
-                    if window.mean > srtt {
-                        self.srtt = Some(window.mean);
-                        self.srtt_var = window.variance_of_mean;
-                    }
-                    self.anchor();
+                    self.anchor_at_least(&window, srtt);
                 }
                 None => {}
             }
@@ -518,6 +533,12 @@ impl Autotune {
         };
         let ratio = srtt / base - 1.0;
         let tol = self.tolerance();
+        if ratio > tol && self.base_in_doubt && unbound && !censored {
+            // The slow answers of a service whose baseline was anchored on its fast ones:
+            // an unfilled limit queues nothing (see `weigh_baseline`).
+            self.anchor_at_least(&window, srtt);
+            return Move::Hold;
+        }
         if ratio > tol {
             let before = self.limit;
             self.limit = (self.limit * (1.0 + tol) / (1.0 + ratio)).max(self.limit * 0.5);
@@ -675,10 +696,9 @@ impl Autotune {
         let inflight = self.window.mean_inflight();
         let rate = f64::from(self.window.samples) / elapsed.max(f64::MIN_POSITIVE);
         let first = std::mem::take(&mut self.first_window);
-        let censored = rtt.is_some_and(|rtt| {
-            (first && elapsed < FIRST_WINDOW_RTTS * rtt.mean)
-                || inflight > LITTLE_EXCESS * rate * rtt.mean + 1.0
-        });
+        let held_longer = rtt.is_some_and(|rtt| inflight > LITTLE_EXCESS * rate * rtt.mean + 1.0);
+        let censored =
+            held_longer || rtt.is_some_and(|rtt| first && elapsed < FIRST_WINDOW_RTTS * rtt.mean);
         let settling = std::mem::take(&mut self.settling);
         let fresh = std::mem::replace(&mut self.fresh, settling);
         if !settling && elapsed > 0.0 {
@@ -705,6 +725,8 @@ impl Autotune {
                     self.trial = Some(trial);
                 }
             }
+            let unbound = f64::from(self.window.inflight_max) < in_force;
+            self.weigh_baseline(rtt, held_longer, censored, unbound);
             let moved = match judged {
                 // The limit in force changes (back, or up from a probe): the latency
                 // rule waits for a window at it.
@@ -715,7 +737,7 @@ impl Autotune {
                         Move::Grow
                     }
                 }
-                _ => self.latency_rule(rtt, censored),
+                _ => self.latency_rule(rtt, censored, unbound),
             };
             self.fresh = false;
             let held = moved != Move::Shrink && judged.is_none();

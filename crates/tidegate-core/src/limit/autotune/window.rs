@@ -55,6 +55,13 @@ pub(super) const FIRST_WINDOW_RTTS: f64 = 20.0;
 /// not, and is no evidence of a faster service either.
 pub(super) const LITTLE_EXCESS: f64 = 2.0;
 
+/// Windows in a row, censored by [`LITTLE_EXCESS`] with their answers within the tolerance
+/// and the limit unfilled, that put the baseline in doubt (see
+/// [`Autotune::weigh_baseline`]): at a few requests in flight, one such window happens by
+/// chance (exponential work at a knee of 3, ten answers a window, re-anchored on a window
+/// twice the mean), two in a row far less.
+pub(super) const DOUBTING_WINDOWS: u32 = 2;
+
 /// A closed window's mean rtt of successes, in seconds, and the variance of that mean.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct WindowRtt {
@@ -63,6 +70,42 @@ pub(super) struct WindowRtt {
 }
 
 impl Autotune {
+    /// Weighs the baseline against a closed window (`held_longer`: censored by Little's
+    /// law, [`LITTLE_EXCESS`]; `unbound`: its demand never filled the limit). Censoring keeps
+    /// a window of short answers from anchoring the baseline, but the window just before the
+    /// slow requests are many enough in flight to censor one is as short, and anchors it: a
+    /// cache in front of a slow store whose slow tenth takes 18 s was anchored at its fast
+    /// answers' 0.18 s on its second window (2.9 in flight, 3.5 allowed), every window read
+    /// as a queue once the slow answers came back, and the limit walked from 24 to 0.5 at
+    /// half the service's capacity. So windows that Little's law censors while the limit is
+    /// unfilled and their answers are within the tolerance, [`DOUBTING_WINDOWS`] in a row,
+    /// put the baseline in doubt; the first window that is not censored and reads as a
+    /// queue while the limit is unfilled then re-anchors it rather than shrinking the limit
+    /// (`latency_rule`): an unfilled limit queues nothing, and the slow answers are the
+    /// service's own. A window that is not censored and within the tolerance clears the
+    /// doubt, as does any anchoring.
+    pub(super) fn weigh_baseline(
+        &mut self,
+        rtt: Option<WindowRtt>,
+        held_longer: bool,
+        censored: bool,
+        unbound: bool,
+    ) {
+        let (Some(rtt), Some(base)) = (rtt, self.base) else {
+            return;
+        };
+        let within = rtt.mean <= base.value * (1.0 + self.tolerance());
+        if held_longer && unbound && within {
+            self.doubting += 1;
+            self.base_in_doubt |= self.doubting >= DOUBTING_WINDOWS;
+        } else {
+            self.doubting = 0;
+            if !censored && within {
+                self.base_in_doubt = false;
+            }
+        }
+    }
+
     /// The mean rtt of the window's successes and the variance of that mean, if it had any.
     pub(super) fn window_rtt(&self) -> Option<WindowRtt> {
         if self.window.successes == 0 {
