@@ -1,5 +1,5 @@
 use super::trial::FIRST_RETRY_DOUBLINGS;
-use super::window::DOUBTING_WINDOWS;
+use super::window::{DOUBTING_WINDOWS, WindowRtt};
 use super::*;
 use crate::limit::testkit::{Load, Service, run};
 
