@@ -101,9 +101,6 @@ pub struct PriorityCutoff {
     /// With [`PriorityCutoff::with_held_ranks`]: per rank, what it counted when the cut took
     /// it in full (0: none), and the lowest rank the cut takes in full (`RANKS`: none).
     floors: Option<(Box<[f64; RANKS]>, usize)>,
-    /// With [`PriorityCutoff::with_even_cohorts`]: the line within a tier is drawn as if its
-    /// cohorts carried equal shares of the tier's arrivals.
-    even_cohorts: bool,
 }
 
 impl PriorityCutoff {
@@ -122,7 +119,6 @@ impl PriorityCutoff {
             held_cut: Cut::Nothing,
             carry: 0.0,
             floors: None,
-            even_cohorts: false,
         }
     }
 
@@ -132,16 +128,6 @@ impl PriorityCutoff {
     /// held ranks keep arriving and their floors go as soon as they are met.
     pub fn with_held_ranks(mut self) -> PriorityCutoff {
         self.floors = Some((Box::new([0.0; RANKS]), RANKS));
-        self
-    }
-
-    /// Draws the line within a tier as if every cohort of the tier carried an equal share
-    /// of its arrivals. Cohorts are a hash of the caller key, so over many callers they do;
-    /// the counts by rank of one gate's recent arrivals add only which callers happened to
-    /// call this gate lately, which differs from gate to gate and moved the lines of gates
-    /// in front of the same service apart by several cohorts when their shares agreed.
-    pub fn with_even_cohorts(mut self) -> PriorityCutoff {
-        self.even_cohorts = true;
         self
     }
 
@@ -243,14 +229,7 @@ impl PriorityCutoff {
         } else {
             0.0
         };
-        (self.cut, self.held_cut) = if self.even_cohorts {
-            (
-                self.find_even_cut(total, self.ratio),
-                self.find_even_cut(total, self.held),
-            )
-        } else {
-            self.find_cuts(total, self.ratio, self.held)
-        };
+        (self.cut, self.held_cut) = self.find_cuts(total, self.ratio, self.held);
         self.hold_ranks();
     }
 
@@ -350,55 +329,6 @@ impl PriorityCutoff {
             cut.unwrap_or_else(|| everything_seen(ratio)),
             held_cut.unwrap_or_else(|| everything_seen(held)),
         )
-    }
-
-    /// The cut for `ratio` of counts summing to `total`, each tier's count spread evenly
-    /// over its cohorts ([`PriorityCutoff::with_even_cohorts`]).
-    fn find_even_cut(&self, total: f64, ratio: f64) -> Cut {
-        if ratio <= 0.0 {
-            return Cut::Nothing;
-        }
-        if ratio >= 1.0 {
-            return Cut::Everything;
-        }
-        if total <= f64::MIN_POSITIVE {
-            return Cut::Uniform(ratio);
-        }
-        let cohorts = usize::from(COHORTS);
-        let target = ratio * total;
-        let mut above = 0.0;
-        let mut lowest_seen = None;
-        for tier in (0..RANKS / cohorts).rev() {
-            let first = tier * cohorts;
-            let count: f64 = (first..first + cohorts).map(|rank| self.count(rank)).sum();
-            if count <= 0.0 {
-                continue;
-            }
-            lowest_seen = Some(first);
-            if above + count < target {
-                above += count;
-                continue;
-            }
-            // The cohorts from the least important down, each `count / cohorts`: `whole` of
-            // them cut in full, and `part` of the next.
-            let cut = ((target - above) / count * cohorts as f64).clamp(0.0, cohorts as f64);
-            let whole = cut.floor();
-            let (cohort, fraction) = if cut > whole || whole == 0.0 {
-                (cohorts - 1 - whole as usize, cut - whole)
-            } else {
-                (cohorts - whole as usize, 1.0)
-            };
-            // `first + cohort < RANKS = 768`, so it fits.
-            return Cut::Rank {
-                rank: (first + cohort) as u16,
-                fraction,
-            };
-        }
-        // Rounding kept the sum just short of the target: cut everything seen.
-        lowest_seen.map_or(Cut::Uniform(ratio), |first| Cut::Rank {
-            rank: first as u16,
-            fraction: 1.0,
-        })
     }
 
     /// Whether to reject an arrival of this rank under the current cut-off.
@@ -850,47 +780,6 @@ mod tests {
         let held = refused_share(&mut level, 0.3, false);
         assert!((plain - 0.3).abs() < 0.03, "{plain}");
         assert!((held - plain).abs() < 0.01, "{held} against {plain}");
-    }
-
-    #[test]
-    fn even_cohorts_draw_the_line_where_the_tiers_share_falls_whatever_the_counts_by_rank() {
-        // Two gates see the same mix, tier 2 and tier 5 in turn, each its own draw of which
-        // cohorts called. Asked to cut 75%, both cut tier 5 and half of tier 2: on their
-        // counts by rank at different cohorts, over even cohorts at the same one.
-        let line = |seed: u64, even: bool| {
-            let mut rng = Rng::seed(seed);
-            let mut cutoff = PriorityCutoff::new(Nanos::from_secs(3600));
-            if even {
-                cutoff = cutoff.with_even_cohorts();
-            }
-            for i in 0..1_000 {
-                let tier = if i % 2 == 0 { 2 } else { 5 };
-                cutoff.record(rank(tier, rng.range_inclusive(0, 127) as u32));
-            }
-            cutoff.update(Time::ZERO, 0.75);
-            (cutoff.cutoff_rank(), cutoff.cut)
-        };
-        let (one, other) = (line(1, false), line(2, false));
-        assert_ne!(one.0, other.0, "by rank: {one:?} and {other:?}");
-        let half_of_tier_2 = Cut::Rank {
-            rank: rank(2, 64),
-            fraction: 1.0,
-        };
-        assert_eq!(line(1, true).1, half_of_tier_2);
-        assert_eq!(line(2, true).1, half_of_tier_2);
-        // A share within a cohort: 76% is tier 5, 52% of tier 2, 66.56 cohorts.
-        let mut cutoff = PriorityCutoff::new(Nanos::from_secs(3600)).with_even_cohorts();
-        for i in 0..1_000 {
-            cutoff.record(rank(if i % 2 == 0 { 2 } else { 5 }, 0));
-        }
-        cutoff.update(Time::ZERO, 0.76);
-        match cutoff.cut {
-            Cut::Rank { rank: r, fraction } => {
-                assert_eq!(r, rank(2, 61));
-                assert!((fraction - 0.56).abs() < 1e-9, "{fraction}");
-            }
-            cut => panic!("{cut:?}"),
-        }
     }
 
     #[test]

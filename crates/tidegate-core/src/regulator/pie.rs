@@ -95,21 +95,6 @@ pub struct PieConfig {
     /// (`docs/experiments/chain-lab.md`, "A line at the shed share"). `None` (default): the
     /// line is PIE's `p` alone.
     pub line_at_shed_share: Option<Nanos>,
-    /// With `line_at_shed_share`: draw a line that the gates in front of the same service
-    /// share, and that takes the cut from the queue's timeout, which no two gates share.
-    /// Three things change. The share is pulled toward the peers' mean ratio (`[peers]`,
-    /// `crate::peers`) as PIE's `p` is, in the counts, so that the pull adds up over updates:
-    /// each gate counts a hundred arrivals a second, and on its own its share and so its line
-    /// move by a few points from the next gate's. The line within a tier is drawn as if its
-    /// cohorts carried equal shares of the tier ([`PriorityCutoff::with_even_cohorts`]),
-    /// not on each gate's counts by rank. And an update at which the service has room
-    /// credits what the line turned away only in the measure that the room lasts (the share
-    /// of the recent time that ended at an update with room): a saturated service has room
-    /// now and then between Poisson arrivals, and crediting all of it there settled the line
-    /// where the credit met what the queue expired, a few points short of the cut; a
-    /// service with room at every update is not saturated, and the line still goes
-    /// (`docs/experiments/chain-lab.md`, "A line the proxies share"). Default false.
-    pub shared_line: bool,
     /// Seed of the drop draws when shedding at random. Default 0.
     pub seed: u64,
 }
@@ -128,7 +113,6 @@ impl Default for PieConfig {
             cut_fall_rate: 0.05,
             callers_hold_back: false,
             line_at_shed_share: None,
-            shared_line: false,
             seed: 0,
         }
     }
@@ -163,9 +147,7 @@ impl Default for PieConfig {
 /// With [`PieConfig::line_at_shed_share`], the cut by priority is drawn at the higher of `p`
 /// and the share of the arrivals the gate did not serve, counted over seconds: a gate that sees
 /// less than a dequeue per update draws its line where the service needs it, not where PIE's
-/// noisy delay estimate leaves `p`. With [`PieConfig::shared_line`] too, that share is pulled
-/// toward the peers' mean as `p` is, the line within a tier is drawn over even cohorts, and
-/// the service's room is credited in the measure that it lasts.
+/// noisy delay estimate leaves `p`.
 ///
 /// Left out from the RFC: de-randomization (section 5.1), which needs a uniform coin and
 /// brings nothing to priority shedding; and the active/inactive switch on queue length, which
@@ -208,13 +190,6 @@ struct ShedShare {
     /// Decayed counts of the arrivals and of the requests the service answered.
     arrived: f64,
     served: f64,
-    /// [`PieConfig::shared_line`]: pulled toward the peers' mean, and what the line turned
-    /// away credited in the measure that the room lasts.
-    shared: bool,
-    /// With `shared`: decayed seconds between updates, and of those the seconds that ended
-    /// at an update at which the service had room.
-    elapsed: f64,
-    roomy: f64,
     /// The cumulative counts at the last update: arrivals, and requests the service answered
     /// ([`QueueStats::completed`]; not those that left the queue, which the gate counts when
     /// it takes an entry out to find it expired).
@@ -223,15 +198,12 @@ struct ShedShare {
 }
 
 impl ShedShare {
-    fn new(half_life: Nanos, shared: bool) -> ShedShare {
+    fn new(half_life: Nanos) -> ShedShare {
         ShedShare {
             half_life: half_life.max(Nanos::from_nanos(1)).as_secs_f64(),
             arrivals: 0,
             arrived: 0.0,
             served: 0.0,
-            shared,
-            elapsed: 0.0,
-            roomy: 0.0,
             last_arrivals: 0,
             last_served: 0,
         }
@@ -247,44 +219,18 @@ impl ShedShare {
         let arrived = self.arrivals.saturating_sub(self.last_arrivals) as f64;
         let mut served = queue.completed.saturating_sub(self.last_served) as f64;
         self.start(queue);
-        let since = (now - last).as_secs_f64();
-        let decay = 0.5f64.powf(since / self.half_life);
-        let room = queue.len == 0 && queue.inflight < queue.limit;
-        if self.shared {
-            self.elapsed = self.elapsed * decay + since;
-            self.roomy = self.roomy * decay + if room { since } else { 0.0 };
-            if room {
-                // What the line turned away, it could have served in the measure that the
-                // room lasts (see `PieConfig::shared_line`).
-                served += self.roomy / self.elapsed * (arrived - served).max(0.0);
-            }
-        } else if room {
+        if queue.len == 0 && queue.inflight < queue.limit {
             // The service has room: whatever the line turned away, it could have served.
             served = served.max(arrived);
         }
+        let decay = 0.5f64.powf((now - last).as_secs_f64() / self.half_life);
         self.arrived = self.arrived * decay + arrived;
         self.served = self.served * decay + served;
-        self.share()
-    }
-
-    fn share(&self) -> f64 {
         if self.arrived > 0.0 {
             unit(1.0 - self.served / self.arrived)
         } else {
             0.0
         }
-    }
-
-    /// Moves the share `weight` of the way to the peers' mean `mean`, in the counts, so that
-    /// the next update starts from there. A gate whose service answered all that arrived
-    /// lately, and more, sheds nothing and has no share to agree on: pulled up from there,
-    /// gates whose overload had ended held each other's lines above zero.
-    fn pull(&mut self, mean: f64, weight: f64) -> f64 {
-        let share = self.share();
-        if share > 0.0 {
-            self.served = self.arrived * (1.0 - (share + weight * (mean - share)));
-        }
-        self.share()
     }
 }
 
@@ -307,19 +253,14 @@ impl Pie {
             last_dequeued: 0,
             rng: Rng::seed(config.seed),
             peers: None,
-            shed_share: config
-                .line_at_shed_share
-                .map(|half_life| ShedShare::new(half_life, config.shared_line)),
+            shed_share: config.line_at_shed_share.map(ShedShare::new),
             cutoff: {
                 let history = config
                     .line_at_shed_share
                     .map_or(HISTORY_HALF_LIFE, |half_life| {
                         half_life.max(HISTORY_HALF_LIFE)
                     });
-                let mut cutoff = PriorityCutoff::new(history).with_fall_rate(config.cut_fall_rate);
-                if config.shared_line && config.line_at_shed_share.is_some() {
-                    cutoff = cutoff.with_even_cohorts();
-                }
+                let cutoff = PriorityCutoff::new(history).with_fall_rate(config.cut_fall_rate);
                 if config.callers_hold_back {
                     cutoff.with_held_ranks()
                 } else {
@@ -452,18 +393,10 @@ impl Regulator for Pie {
             self.burst = self.max_burst;
         }
         if self.shed_by == ShedBy::Priority {
-            let peers = self.peers;
-            let shed = self.shed_share.as_mut().map_or(0.0, |share| {
-                let own = share.update(now, last, queue);
-                match peers {
-                    // As `p` above: `weight` of the way at each update due.
-                    Some((mean, weight)) if share.shared => {
-                        let updates = i32::try_from(updates).unwrap_or(i32::MAX);
-                        share.pull(mean, 1.0 - (1.0 - weight).powi(updates))
-                    }
-                    _ => own,
-                }
-            });
+            let shed = self
+                .shed_share
+                .as_mut()
+                .map_or(0.0, |share| share.update(now, last, queue));
             self.cutoff.update(now, self.p.max(shed));
         }
     }
@@ -503,7 +436,7 @@ impl Regulator for Pie {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::regulator::testkit::{Mix, Setup, run, run_peers};
+    use crate::regulator::testkit::{Mix, Setup, run};
 
     /// Ticks a regulator every 15 ms with a queue of a given length that the service empties
     /// at 1000 entries per second, so that PIE's delay estimate is `len` milliseconds.
@@ -888,29 +821,19 @@ mod tests {
 
     /// The chain's edge gate of `docs/experiments/chain-lab.md`: 100 arrivals a second of
     /// tiers 0-5 (10, 10, 20, 20, 20, 20%) into a service answering 33 (10 slots of 300 ms)
-    /// with a 500 ms queue timeout for 30 s, then 20 a second for 30 s.
-    fn slow_chain() -> Setup {
+    /// with a 500 ms queue timeout, then 20 a second. `(expired a second, served a second,
+    /// the least share of tiers 4 and 5 turned away by the regulator, the greatest of tiers 0
+    /// and 1)` over 10-30 s, and the drop ratio 15 s after the overload ends.
+    fn edge_of_a_slow_chain(line_at_shed_share: Option<Nanos>) -> (f64, f64, f64, f64, f64) {
         let mut setup = Setup::thousand_rps(&[(30_000, 100.0), (30_000, 20.0)])
             .with_mix(Mix::Tiers(vec![0, 1, 2, 2, 3, 3, 4, 4, 5, 5]))
             .with_timeout(Nanos::from_millis(500));
         setup.service = Nanos::from_millis(300);
-        setup
-    }
-
-    /// A gate with the line at the shed share (4 s), shared or not ([`PieConfig::shared_line`]).
-    fn shed_share_line(shared_line: bool) -> Pie {
-        Pie::new(&PieConfig {
-            line_at_shed_share: Some(Nanos::from_secs(4)),
-            shared_line,
+        let mut pie = Pie::new(&PieConfig {
+            line_at_shed_share,
             ..PieConfig::default()
-        })
-    }
-
-    /// [`slow_chain`] through `pie`: `(expired a second, served a second, the least share of
-    /// tiers 4 and 5 turned away by the regulator, the greatest of tiers 0 and 1)` over
-    /// 10-30 s, and the drop ratio 15 s after the overload ends.
-    fn edge_of_a_slow_chain(mut pie: Pie) -> (f64, f64, f64, f64, f64) {
-        let trace = run(&mut pie, &slow_chain());
+        });
+        let trace = run(&mut pie, &setup);
         let overload = trace.between(10_000, 30_000);
         let per_second = |n: u64| n as f64 / 20.0;
         (
@@ -931,71 +854,18 @@ mod tests {
         // PIE alone: at half a dequeue per update its delay estimate is noise, `p` stays low,
         // and the queue's timeout sheds most of what must go, by each entry's place in the
         // queue rather than by a line.
-        let (expired, served, _, _, _) = edge_of_a_slow_chain(Pie::new(&PieConfig::default()));
+        let (expired, served, _, _, _) = edge_of_a_slow_chain(None);
         assert!(expired > 30.0, "{expired} a second expired");
         assert!(served > 32.0, "{served}");
         // At the share shed, the line turns away what must go, the least important first,
         // and the queue's timeout is left a few a second; the service stays full.
-        let (expired, served, least, most, after) = edge_of_a_slow_chain(shed_share_line(false));
+        let (expired, served, least, most, after) = edge_of_a_slow_chain(Some(Nanos::from_secs(4)));
         assert!(expired < 10.0, "{expired} a second expired");
         assert!(served > 32.0, "{served}");
         assert!(least > 0.99, "tiers 4-5: {least} turned away");
         assert!(most < 0.01, "tiers 0-1: {most} turned away");
         // Once the overload ends the service has room at every update, and the line goes.
         assert_eq!(after, 0.0);
-    }
-
-    #[test]
-    fn a_shared_line_credits_the_room_in_the_measure_that_it_lasts() {
-        // The credit for room in full settles the line where it meets what the queue
-        // expires; in the measure that the room lasts, the line takes more of the cut, and
-        // the service stays all but full.
-        let (expired_alone, ..) = edge_of_a_slow_chain(shed_share_line(false));
-        let (expired, served, least, most, after) = edge_of_a_slow_chain(shed_share_line(true));
-        assert!(expired_alone > 4.0, "{expired_alone} a second expired");
-        assert!(expired < 3.5, "{expired} a second expired");
-        assert!(served > 31.5, "{served} of 33 a second");
-        assert!(least > 0.99, "tiers 4-5: {least} turned away");
-        assert!(most < 0.01, "tiers 0-1: {most} turned away");
-        // Once the overload ends the service has room at every update, the credit is whole
-        // again, and the line goes.
-        assert!(after < 0.01, "{after}");
-    }
-
-    #[test]
-    fn gates_in_front_of_one_service_share_one_line() {
-        // Three gates of the slow chain, each with its own arrivals, hearing the mean of their
-        // drop ratios as peers do. Each gate's share, counted on its own hundred arrivals a
-        // second, moves its line by points from the others', though `p` is pulled to the
-        // mean; pulled too, the shares hold one line. (That line settles higher than the
-        // gates' apart: this rigid service then answers 27.6 a second of its 33 where the
-        // gates apart have it answer 32.8, and its queue expires 0.3 a second against 4.7.
-        // The chain of `docs/experiments/chain-lab.md`, whose edge gates' service is the next
-        // hop with queues of its own, lost no goodput.)
-        let spread = |shared: bool| {
-            let (mut a, mut b, mut c) = (
-                shed_share_line(shared),
-                shed_share_line(shared),
-                shed_share_line(shared),
-            );
-            let traces = run_peers(&mut [&mut a, &mut b, &mut c], &slow_chain(), 0.3);
-            let ticks = traces.iter().map(|t| t.ticks.len()).min().unwrap_or(0);
-            let (from, to) = (
-                Time::ZERO + Nanos::from_secs(10),
-                Time::ZERO + Nanos::from_secs(30),
-            );
-            let spreads: Vec<f64> = (0..ticks)
-                .filter(|&k| (from..to).contains(&traces[0].ticks[k].0))
-                .map(|k| {
-                    let ratios = traces.iter().map(|t| t.ticks[k].1.reject_ratio);
-                    ratios.clone().fold(0.0, f64::max) - ratios.fold(1.0, f64::min)
-                })
-                .collect();
-            spreads.iter().sum::<f64>() / spreads.len().max(1) as f64
-        };
-        let (apart, shared) = (spread(false), spread(true));
-        assert!(apart > 0.025, "{apart}");
-        assert!(shared < 0.012, "{shared}");
     }
 
     #[test]
@@ -1009,9 +879,6 @@ mod tests {
         let config: PieConfig = toml::from_str("line_at_shed_share = \"4s\"").expect("valid");
         assert_eq!(config.line_at_shed_share, Some(Nanos::from_secs(4)));
         assert!(toml::from_str::<PieConfig>("line_at_shed_share = 4").is_err());
-        assert!(!config.shared_line);
-        let config: PieConfig = toml::from_str("shared_line = true").expect("valid");
-        assert!(config.shared_line);
         assert!(toml::from_str::<PieConfig>("tarket = \"20ms\"").is_err());
     }
 }

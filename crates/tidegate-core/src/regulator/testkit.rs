@@ -241,85 +241,56 @@ impl Queue {
     }
 }
 
-/// One gate's queue and service, its arrivals and what it did, between events.
-struct Lane<'a> {
-    setup: &'a Setup,
-    end: Time,
-    rng: Rng,
-    trace: Trace,
-    queue: Queue,
-    completions: BinaryHeap<Reverse<Time>>,
-    stats: QueueStats,
-    seq: u64,
-    next_arrival: Time,
-}
+/// Drives `regulator` through `setup`.
+pub(crate) fn run(regulator: &mut dyn Regulator, setup: &Setup) -> Trace {
+    let mut rng = Rng::seed(setup.seed);
+    let end = Time::ZERO + setup.duration();
+    let windows = (setup.duration().as_nanos() / setup.window.as_nanos()) as usize + 1;
+    let mut trace = Trace {
+        window: setup.window,
+        windows: vec![Window::default(); windows],
+        ticks: Vec::new(),
+        arrived_by_rank: vec![0; RANKS],
+        rejected_by_rank: vec![0; RANKS],
+    };
+    let window_of = |t: Time| (t.as_nanos() / setup.window.as_nanos()) as usize;
+    let mut queue = Queue {
+        entries: BTreeMap::new(),
+        fifo: VecDeque::new(),
+    };
+    let mut completions: BinaryHeap<Reverse<Time>> = BinaryHeap::new();
+    let mut stats = QueueStats {
+        limit: setup.servers,
+        ..QueueStats::default()
+    };
+    let mut seq = 0u64;
+    let mut next_arrival = Time::ZERO;
 
-impl<'a> Lane<'a> {
-    fn new(setup: &'a Setup, seed: u64) -> Lane<'a> {
-        let windows = (setup.duration().as_nanos() / setup.window.as_nanos()) as usize + 1;
-        Lane {
-            setup,
-            end: Time::ZERO + setup.duration(),
-            rng: Rng::seed(seed),
-            trace: Trace {
-                window: setup.window,
-                windows: vec![Window::default(); windows],
-                ticks: Vec::new(),
-                arrived_by_rank: vec![0; RANKS],
-                rejected_by_rank: vec![0; RANKS],
-            },
-            queue: Queue {
-                entries: BTreeMap::new(),
-                fifo: VecDeque::new(),
-            },
-            completions: BinaryHeap::new(),
-            stats: QueueStats {
-                limit: setup.servers,
-                ..QueueStats::default()
-            },
-            seq: 0,
-            next_arrival: Time::ZERO,
-        }
-    }
-
-    fn gap(&mut self, now: Time) -> Nanos {
-        let rate = self.setup.rate_at(now);
+    let gap = |now: Time, rng: &mut Rng| {
+        let rate = setup.rate_at(now);
         if rate <= 0.0 {
             return Nanos::from_millis(1); // idle: look again soon
         }
         let mean = 1.0 / rate;
-        Nanos::from_secs_f64(if self.setup.poisson {
-            -(1.0 - self.rng.next_f64()).ln() * mean
+        Nanos::from_secs_f64(if setup.poisson {
+            -(1.0 - rng.next_f64()).ln() * mean
         } else {
             mean
         })
-    }
+    };
 
-    /// The time of the next event, or `None` once it is past the run's end.
-    fn next_event(&mut self, regulator: &dyn Regulator) -> Option<Time> {
-        let completion = self.completions.peek().map_or(Time::MAX, |Reverse(t)| *t);
-        let expiry = match (self.setup.queue_timeout, self.queue.oldest()) {
-            (Some(timeout), Some((enqueued, _))) => enqueued + timeout,
-            _ => Time::MAX,
-        };
-        let now = completion
-            .min(regulator.next_tick())
-            .min(self.next_arrival)
-            .min(expiry);
-        (now < self.end).then_some(now)
-    }
-
-    /// Handles the event at `now` (from [`Lane::next_event`]); true if it was a tick.
-    fn step(&mut self, regulator: &mut dyn Regulator, now: Time) -> bool {
-        let setup = self.setup;
-        let (trace, queue, stats) = (&mut self.trace, &mut self.queue, &mut self.stats);
-        let w = (now.as_nanos() / setup.window.as_nanos()) as usize;
+    loop {
+        let completion = completions.peek().map_or(Time::MAX, |Reverse(t)| *t);
+        let tick = regulator.next_tick();
         let expiry = match (setup.queue_timeout, queue.oldest()) {
             (Some(timeout), Some((enqueued, _))) => enqueued + timeout,
             _ => Time::MAX,
         };
-        let completion = self.completions.peek().map_or(Time::MAX, |Reverse(t)| *t);
-        let mut ticked = false;
+        let now = completion.min(tick).min(next_arrival).min(expiry);
+        if now >= end {
+            break;
+        }
+        let w = window_of(now);
         if now == expiry {
             if let Some((_, key)) = queue.oldest() {
                 queue.entries.remove(&key);
@@ -328,17 +299,16 @@ impl<'a> Lane<'a> {
                     stats.last_empty = now;
                 }
             }
-        } else if now == regulator.next_tick() {
+        } else if now == tick {
             stats.len = queue.entries.len();
             stats.oldest_wait = queue.oldest().map_or(Nanos::ZERO, |(t, _)| now - t);
             if queue.entries.is_empty() {
                 stats.last_empty = now;
             }
-            regulator.tick(now, stats);
+            regulator.tick(now, &stats);
             trace.ticks.push((now, regulator.state()));
-            ticked = true;
         } else if now == completion {
-            self.completions.pop();
+            completions.pop();
             stats.inflight -= 1;
             stats.completed += 1;
             // A free server takes the most important waiting entry.
@@ -356,13 +326,13 @@ impl<'a> Lane<'a> {
                 }
                 stats.dequeued += 1;
                 stats.inflight += 1;
-                self.completions.push(Reverse(now + setup.service));
+                completions.push(Reverse(now + setup.service));
                 trace.windows[w].served += 1;
                 trace.windows[w].max_sojourn = trace.windows[w].max_sojourn.max(sojourn);
                 break;
             }
         } else {
-            let priority = setup.priority(&mut self.rng);
+            let priority = setup.priority(&mut rng);
             let tier = usize::from(priority.tier());
             let rank = usize::from(priority.rank());
             trace.windows[w].arrived[tier] += 1;
@@ -374,66 +344,23 @@ impl<'a> Lane<'a> {
                 stats.accepted += 1;
                 if queue.entries.is_empty() && stats.inflight < setup.servers {
                     stats.inflight += 1;
-                    self.completions.push(Reverse(now + setup.service));
+                    completions.push(Reverse(now + setup.service));
                     trace.windows[w].served += 1;
                 } else {
-                    self.seq += 1;
+                    seq += 1;
                     let order = if setup.fifo { 0 } else { priority.rank() };
-                    let key = (order, self.seq, priority.rank());
+                    let key = (order, seq, priority.rank());
                     queue.entries.insert(key, now);
                     queue.fifo.push_back((now, key));
                     stats.enqueued += 1;
                 }
             }
-            self.next_arrival = now + self.gap(now);
+            next_arrival = now + gap(now, &mut rng);
         }
-        let len = self.queue.entries.len();
-        self.trace.windows[w].max_queue = self.trace.windows[w].max_queue.max(len);
-        ticked
+        let len = queue.entries.len();
+        trace.windows[w].max_queue = trace.windows[w].max_queue.max(len);
     }
-}
-
-/// Drives `regulator` through `setup`.
-pub(crate) fn run(regulator: &mut dyn Regulator, setup: &Setup) -> Trace {
-    let mut lane = Lane::new(setup, setup.seed);
-    while let Some(now) = lane.next_event(regulator) {
-        lane.step(regulator, now);
-    }
-    lane.trace
-}
-
-/// Drives several gates through `setup` side by side, each with its own arrivals (seeded
-/// apart), as proxies in front of the same service: after each of its ticks a gate hears the
-/// mean of all their reject ratios with `weight` ([`Regulator::hear_peers`]), as peers do
-/// through the instances they share (`crate::peers`).
-pub(crate) fn run_peers(
-    regulators: &mut [&mut dyn Regulator],
-    setup: &Setup,
-    weight: f64,
-) -> Vec<Trace> {
-    let mut lanes: Vec<Lane<'_>> = (0..regulators.len() as u64)
-        .map(|i| Lane::new(setup, setup.seed.wrapping_add(i)))
-        .collect();
-    loop {
-        let next = lanes
-            .iter_mut()
-            .zip(regulators.iter())
-            .enumerate()
-            .filter_map(|(i, (lane, regulator))| Some((lane.next_event(&**regulator)?, i)))
-            .min();
-        let Some((now, i)) = next else {
-            break;
-        };
-        if lanes[i].step(&mut *regulators[i], now) {
-            let mean = regulators
-                .iter()
-                .map(|r| r.state().reject_ratio)
-                .sum::<f64>()
-                / regulators.len() as f64;
-            regulators[i].hear_peers(Some((mean, weight)));
-        }
-    }
-    lanes.into_iter().map(|lane| lane.trace).collect()
+    trace
 }
 
 #[cfg(test)]
