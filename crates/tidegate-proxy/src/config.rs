@@ -610,11 +610,11 @@ mod priority_text {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     /// The error with its sources, as the CLI prints it.
-    pub(crate) fn message(error: &Error) -> String {
+    fn message(error: &Error) -> String {
         let mut text = error.to_string();
         let mut source = std::error::Error::source(error);
         while let Some(cause) = source {
@@ -761,6 +761,38 @@ pub(crate) mod tests {
         assert!(err.contains("line 2") && err.contains("tier 7"), "{err}");
         let err = message(&Config::parse("listen = \"localhost\"\n", "l.toml").unwrap_err());
         assert!(err.contains("line 1") && err.contains("listen"), "{err}");
+    }
+
+    #[test]
+    fn bad_stream_keys_are_named_with_their_line() {
+        for (text, line, key, reason) in [
+            (
+                "[streams]\nmax_per_upstream = 0\n",
+                2,
+                "max_per_upstream",
+                "at least 1",
+            ),
+            (
+                "[streams]\n\ncontent_types = [\"text/event-stream\", \"grpc\"]\n",
+                3,
+                "content_types",
+                "\"grpc\" is not a media type",
+            ),
+            (
+                "[streams]\nidle_timeout = \"0s\"\n",
+                2,
+                "idle_timeout",
+                "longer than zero",
+            ),
+            ("[streams]\nmax = 3\n", 2, "max", "unknown field"),
+        ] {
+            let err = message(&Config::parse(text, "s.toml").unwrap_err());
+            assert!(
+                err.contains("s.toml") && err.contains(&format!("line {line}")),
+                "{text}: {err}"
+            );
+            assert!(err.contains(key) && err.contains(reason), "{text}: {err}");
+        }
     }
 
     /// The issue-14 findings: each of these passed `--check` and then misbehaved.
