@@ -1567,44 +1567,27 @@ fn a_probe_goes_below_the_product_floor() {
     assert_eq!(a.limit(), 9, "three quarters of 12, below the floor");
 }
 
-/// Feeds 10 answers of `rtt` evenly over the 500 ms after `start`, each with `inflight` in
-/// flight, under the limit: a window whose demand never filled it. Returns the time of the
-/// last one.
-fn unfilled_window(a: &mut Autotune, start: Time, rtt: Nanos, inflight: u32) -> Time {
-    assert!(inflight < a.limit());
-    let mut now = start;
-    for i in 1..=10 {
-        now = start + Nanos::from_millis(50 * i);
-        a.on_sample(&Sample {
-            now,
-            rtt,
-            inflight,
-            outcome: Outcome::Success,
-        });
-    }
-    now
-}
-
 #[test]
 fn a_baseline_anchored_before_the_slow_answers_came_back_is_re_anchored_on_them() {
     // A cache in front of a slow store at half its capacity: fast answers of 180 ms, while
-    // the slow requests pile up in flight unanswered (12 in flight for 20 answers a second
-    // of 180 ms, where Little's law allows 2 x 3.6 + 1), then the slow answers come back.
+    // the slow requests pile up in flight unanswered (18 in flight for 40 answers a second
+    // of 180 ms, where Little's law allows 2 x 7.2 + 1), then the slow answers come back,
+    // each window leaving the limit unfilled.
     let fast = Nanos::from_millis(180);
-    let feed = |doubting: u32| {
+    let after = |doubting: u32| {
         let mut a = past_slow_start(20);
-        let mut now = unfilled_window(&mut a, Time::ZERO, fast, 3);
+        let mut now = feed(&mut a, Time::ZERO, fast, 3);
         assert!(a.base.is_some_and(|b| (b.value - 0.18).abs() < 1e-9));
         for _ in 0..doubting {
-            now = unfilled_window(&mut a, now, fast, 12);
+            now = feed(&mut a, now, fast, 18);
         }
         let before = a.limit;
-        unfilled_window(&mut a, now, Nanos::from_secs(2), 12);
+        feed(&mut a, now, Nanos::from_secs(2), 18);
         (a, before)
     };
     // Two windows in a row that Little's law censors put the fast baseline in doubt: the
     // slow answers re-anchor it, and the limit, which they did not fill, holds.
-    let (doubted, before) = feed(DOUBTING_WINDOWS);
+    let (doubted, before) = after(DOUBTING_WINDOWS);
     assert!(
         doubted.base.is_some_and(|b| b.value >= 1.0),
         "{:?}",
@@ -1612,7 +1595,7 @@ fn a_baseline_anchored_before_the_slow_answers_came_back_is_re_anchored_on_them(
     );
     assert_eq!(doubted.limit, before);
     // One is chance: the slow answers read as a queue over 180 ms, and the limit halves.
-    let (trusted, before) = feed(DOUBTING_WINDOWS - 1);
+    let (trusted, before) = after(DOUBTING_WINDOWS - 1);
     assert!(trusted.base.is_some_and(|b| (b.value - 0.18).abs() < 1e-9));
     assert_eq!(trusted.limit, before * 0.5);
 }
