@@ -431,9 +431,12 @@ impl Autotune {
         let inflight = self.window.mean_inflight();
         let rate = f64::from(self.window.samples) / elapsed.max(f64::MIN_POSITIVE);
         let first = std::mem::take(&mut self.first_window);
-        let held_longer = rtt.is_some_and(|rtt| inflight > LITTLE_EXCESS * rate * rtt.mean + 1.0);
+        // The window's inflight over what Little's law allows its answers (see `LITTLE_EXCESS`).
+        let held = rtt.map_or(0.0, |rtt| {
+            inflight / (LITTLE_EXCESS * rate * rtt.mean + 1.0)
+        });
         let censored =
-            held_longer || rtt.is_some_and(|rtt| first && elapsed < FIRST_WINDOW_RTTS * rtt.mean);
+            held > 1.0 || rtt.is_some_and(|rtt| first && elapsed < FIRST_WINDOW_RTTS * rtt.mean);
         let settling = std::mem::take(&mut self.settling);
         let fresh = std::mem::replace(&mut self.fresh, settling);
         if !settling && elapsed > 0.0 {
@@ -461,7 +464,7 @@ impl Autotune {
                 }
             }
             let unbound = f64::from(self.window.inflight_max) < in_force;
-            self.weigh_baseline(rtt, held_longer, censored, unbound);
+            self.weigh_baseline(rtt, held, censored, unbound);
             let moved = match judged {
                 // The limit in force changes (back, or up from a probe): the latency
                 // rule waits for a window at it.

@@ -1570,32 +1570,33 @@ fn a_probe_goes_below_the_product_floor() {
 #[test]
 fn a_baseline_anchored_before_the_slow_answers_came_back_is_re_anchored_on_them() {
     // A cache in front of a slow store at half its capacity: fast answers of 180 ms, while
-    // the slow requests pile up in flight unanswered (18 in flight for 40 answers a second
-    // of 180 ms, where Little's law allows 2 x 7.2 + 1), then the slow answers come back,
-    // each window leaving the limit unfilled.
+    // the slow requests pile up in flight unanswered (Little's law allows 2 x 7.2 + 1 = 15.4
+    // in flight for 40 answers a second of 180 ms), then the slow answers come back, each
+    // window leaving the limit of 40 unfilled.
     let fast = Nanos::from_millis(180);
-    let after = |doubting: u32| {
-        let mut a = past_slow_start(20);
+    let after = |held: &[u32]| {
+        let mut a = past_slow_start(40);
         let mut now = feed(&mut a, Time::ZERO, fast, 3);
         assert!(a.base.is_some_and(|b| (b.value - 0.18).abs() < 1e-9));
-        for _ in 0..doubting {
-            now = feed(&mut a, now, fast, 18);
+        for &inflight in held {
+            now = feed(&mut a, now, fast, inflight);
         }
         let before = a.limit;
         feed(&mut a, now, Nanos::from_secs(2), 18);
         (a, before)
     };
-    // Two windows in a row that Little's law censors put the fast baseline in doubt: the
-    // slow answers re-anchor it, and the limit, which they did not fill, holds.
-    let (doubted, before) = after(DOUBTING_WINDOWS);
-    assert!(
-        doubted.base.is_some_and(|b| b.value >= 1.0),
-        "{:?}",
-        doubted.base
-    );
-    assert_eq!(doubted.limit, before);
-    // One is chance: the slow answers read as a queue over 180 ms, and the limit halves.
-    let (trusted, before) = after(DOUBTING_WINDOWS - 1);
+    let re_anchored = |(a, before): (Autotune, f64)| {
+        assert!(a.base.is_some_and(|b| b.value >= 1.0), "{:?}", a.base);
+        assert_eq!(a.limit, before, "the limit, which they did not fill, holds");
+    };
+    // Two windows in a row that Little's law censors (18 in flight) put the fast baseline in
+    // doubt, and the slow answers re-anchor it; so does one past `DOUBTING_AT_ONCE` times its
+    // bound (35 in flight, over twice 15.4).
+    re_anchored(after(&[18; DOUBTING_WINDOWS as usize]));
+    re_anchored(after(&[35]));
+    // One fewer at 18 is chance: the slow answers read as a queue over 180 ms, and the limit
+    // halves.
+    let (trusted, before) = after(&[18; DOUBTING_WINDOWS as usize - 1]);
     assert!(trusted.base.is_some_and(|b| (b.value - 0.18).abs() < 1e-9));
     assert_eq!(trusted.limit, before * 0.5);
 }

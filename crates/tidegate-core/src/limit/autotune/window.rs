@@ -62,6 +62,13 @@ pub(super) const LITTLE_EXCESS: f64 = 2.0;
 /// twice the mean), two in a row far less.
 pub(super) const DOUBTING_WINDOWS: u32 = 2;
 
+/// A window whose requests stayed in flight this many times longer than [`LITTLE_EXCESS`]
+/// allows puts the baseline in doubt on its own: no chance at a few requests in flight, and
+/// a service whose slow answers come back within a window or two leaves only one such window
+/// (a cache in front of a store of 917 ms answers at half a knee of 30: 9 in flight where its
+/// 9 ms answers allowed 3.3, then the slow answers in the next window).
+pub(super) const DOUBTING_AT_ONCE: f64 = 2.0;
+
 /// A closed window's mean rtt of successes, in seconds, and the variance of that mean.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct WindowRtt {
@@ -70,16 +77,17 @@ pub(super) struct WindowRtt {
 }
 
 impl Autotune {
-    /// Weighs the baseline against a closed window (`held_longer`: censored by Little's
-    /// law, [`LITTLE_EXCESS`]; `unbound`: its demand never filled the limit). Censoring keeps
+    /// Weighs the baseline against a closed window (`held`: its inflight over what Little's
+    /// law allows its answers, censored past 1, [`LITTLE_EXCESS`]; `unbound`: its demand
+    /// never filled the limit). Censoring keeps
     /// a window of short answers from anchoring the baseline, but the window just before the
     /// slow requests are many enough in flight to censor one is as short, and anchors it: a
     /// cache in front of a slow store whose slow tenth takes 18 s was anchored at its fast
     /// answers' 0.18 s on its second window (2.9 in flight, 3.5 allowed), every window read
     /// as a queue once the slow answers came back, and the limit walked from 24 to 0.5 at
     /// half the service's capacity. So windows that Little's law censors while the limit is
-    /// unfilled and their answers are within the tolerance, [`DOUBTING_WINDOWS`] in a row,
-    /// put the baseline in doubt; the first window that is not censored and reads as a
+    /// unfilled and their answers are within the tolerance, [`DOUBTING_WINDOWS`] in a row (or
+    /// one past [`DOUBTING_AT_ONCE`]), put the baseline in doubt; the first window that is not censored and reads as a
     /// queue while the limit is unfilled then re-anchors it rather than shrinking the limit
     /// (`latency_rule`): an unfilled limit queues nothing, and the slow answers are the
     /// service's own. A window that is not censored and within the tolerance clears the
@@ -87,7 +95,7 @@ impl Autotune {
     pub(super) fn weigh_baseline(
         &mut self,
         rtt: Option<WindowRtt>,
-        held_longer: bool,
+        held: f64,
         censored: bool,
         unbound: bool,
     ) {
@@ -95,8 +103,12 @@ impl Autotune {
             return;
         };
         let within = rtt.mean <= base.value * (1.0 + self.tolerance());
-        if held_longer && unbound && within {
-            self.doubting += 1;
+        if held > 1.0 && unbound && within {
+            self.doubting += if held > DOUBTING_AT_ONCE {
+                DOUBTING_WINDOWS
+            } else {
+                1
+            };
             self.base_in_doubt |= self.doubting >= DOUBTING_WINDOWS;
         } else {
             self.doubting = 0;
