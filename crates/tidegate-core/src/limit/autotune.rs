@@ -431,12 +431,13 @@ impl Autotune {
         let inflight = self.window.mean_inflight();
         let rate = f64::from(self.window.samples) / elapsed.max(f64::MIN_POSITIVE);
         let first = std::mem::take(&mut self.first_window);
-        // The window's inflight over what Little's law allows its answers (see `LITTLE_EXCESS`).
-        let held = rtt.map_or(0.0, |rtt| {
+        // How many times longer the window's requests stayed in flight than Little's law
+        // allows its answers (see `LITTLE_EXCESS`).
+        let overstay = rtt.map_or(0.0, |rtt| {
             inflight / (LITTLE_EXCESS * rate * rtt.mean + 1.0)
         });
-        let censored =
-            held > 1.0 || rtt.is_some_and(|rtt| first && elapsed < FIRST_WINDOW_RTTS * rtt.mean);
+        let censored = overstay > 1.0
+            || rtt.is_some_and(|rtt| first && elapsed < FIRST_WINDOW_RTTS * rtt.mean);
         let settling = std::mem::take(&mut self.settling);
         let fresh = std::mem::replace(&mut self.fresh, settling);
         if !settling && elapsed > 0.0 {
@@ -463,8 +464,9 @@ impl Autotune {
                     self.trial = Some(trial);
                 }
             }
-            let unbound = f64::from(self.window.inflight_max) < in_force;
-            self.weigh_baseline(rtt, held, censored, unbound);
+            // Whether the window's demand filled the limit in force.
+            let bound = f64::from(self.window.inflight_max) >= in_force;
+            self.weigh_baseline(rtt, overstay, censored, !bound);
             let moved = match judged {
                 // The limit in force changes (back, or up from a probe): the latency
                 // rule waits for a window at it.
@@ -475,12 +477,12 @@ impl Autotune {
                         Move::Grow
                     }
                 }
-                _ => self.latency_rule(rtt, censored, unbound),
+                _ => self.latency_rule(rtt, censored, !bound),
             };
             self.fresh = false;
             let held = moved != Move::Shrink && judged.is_none();
             self.watch_served(rtt, held, in_force, tol, inflight);
-            self.watch_demand(throughput, f64::from(self.window.inflight_max) >= in_force);
+            self.watch_demand(throughput, bound);
             if moved != Move::Grow && self.base.is_some() {
                 // The first window judged that does not grow ends slow start for good.
                 self.slow_start = false;
@@ -503,7 +505,6 @@ impl Autotune {
                     (self.idle_probes + 1).min(MAX_DOUBLINGS)
                 };
             }
-            let bound = f64::from(self.window.inflight_max) >= in_force;
             if let Some(mut reset) = self.reset.take() {
                 // A reset whose demand no longer filled it stands: throughput fell with the
                 // demand. (A shrink since, for drops or latency, is judged with the rest:

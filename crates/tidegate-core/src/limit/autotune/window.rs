@@ -77,25 +77,25 @@ pub(super) struct WindowRtt {
 }
 
 impl Autotune {
-    /// Weighs the baseline against a closed window (`held`: its inflight over what Little's
-    /// law allows its answers, censored past 1, [`LITTLE_EXCESS`]; `unbound`: its demand
-    /// never filled the limit). Censoring keeps
-    /// a window of short answers from anchoring the baseline, but the window just before the
+    /// Weighs the baseline against a closed window (`overstay`: how many times longer its
+    /// requests stayed in flight than Little's law allows its answers, censored past 1,
+    /// [`LITTLE_EXCESS`]; `unbound`: its demand never filled the limit). Censoring keeps a
+    /// window of short answers from anchoring the baseline, but the window just before the
     /// slow requests are many enough in flight to censor one is as short, and anchors it: a
     /// cache in front of a slow store whose slow tenth takes 18 s was anchored at its fast
     /// answers' 0.18 s on its second window (2.9 in flight, 3.5 allowed), every window read
     /// as a queue once the slow answers came back, and the limit walked from 24 to 0.5 at
     /// half the service's capacity. So windows that Little's law censors while the limit is
-    /// unfilled and their answers are within the tolerance, [`DOUBTING_WINDOWS`] in a row (or
-    /// one past [`DOUBTING_AT_ONCE`]), put the baseline in doubt; the first window that is not censored and reads as a
-    /// queue while the limit is unfilled then re-anchors it rather than shrinking the limit
-    /// (`latency_rule`): an unfilled limit queues nothing, and the slow answers are the
-    /// service's own. A window that is not censored and within the tolerance clears the
-    /// doubt, as does any anchoring.
+    /// unfilled and their answers are within the tolerance, [`DOUBTING_WINDOWS`] in a row
+    /// (or one past [`DOUBTING_AT_ONCE`]), put the baseline in doubt; the first window that
+    /// is not censored and reads as a queue while the limit is unfilled then re-anchors it
+    /// rather than shrinking the limit (`latency_rule`): an unfilled limit queues nothing,
+    /// and the slow answers are the service's own. A window that is not censored and within
+    /// the tolerance clears the doubt, as does any anchoring.
     pub(super) fn weigh_baseline(
         &mut self,
         rtt: Option<WindowRtt>,
-        held: f64,
+        overstay: f64,
         censored: bool,
         unbound: bool,
     ) {
@@ -103,8 +103,8 @@ impl Autotune {
             return;
         };
         let within = rtt.mean <= base.value * (1.0 + self.tolerance());
-        if held > 1.0 && unbound && within {
-            self.doubting += if held > DOUBTING_AT_ONCE {
+        if overstay > 1.0 && unbound && within {
+            self.doubting += if overstay > DOUBTING_AT_ONCE {
                 DOUBTING_WINDOWS
             } else {
                 1
@@ -143,10 +143,10 @@ impl Autotune {
     /// the plainest sign of overload, and the drop rule does not read the mean), as is one
     /// at a limit where one request is a trial (trials are judged over spans of their own,
     /// and at RSocket's limits of 1-3 a window waiting for precision held a queue for
-    /// seconds). Before the baseline is set, a window waits at most
-    /// [`FIRST_WINDOW_RTTS`] of its requests' mean time in the service: what the service does while a queue
-    /// forms from the initial limit is a trend, not noise, and a window that waited for it
-    /// to settle anchored the baseline on the queue (RSocket's at ten times its rtt).
+    /// seconds). Before the baseline is set, a window waits at most [`FIRST_WINDOW_RTTS`] of
+    /// its requests' mean time in the service: what the service does while a queue forms
+    /// from the initial limit is a trend, not noise, and a window that waited for it to
+    /// settle anchored the baseline on the queue (RSocket's at ten times its rtt).
     pub(super) fn measured_enough(&mut self, elapsed: Nanos) -> bool {
         if self.window.drops > 0
             || one_request_is_judged(self.limit.round())
