@@ -25,7 +25,7 @@ use crate::limit::{Limit, Outcome, Sample};
 use crate::peers::{PeerConfig, PeerMean, PeerStamp};
 use crate::priority::{Priority, TIERS};
 use crate::queue::{Entry, Order, PriorityQueue, Ticket};
-use crate::regulator::{QueueStats, Regulator, RegulatorState, Verdict};
+use crate::regulator::{PeersHeard, QueueStats, Regulator, RegulatorState, Verdict};
 use crate::time::{Nanos, Time};
 
 mod demand;
@@ -853,13 +853,15 @@ impl Gate {
     }
 
     /// What this gate says of itself on the requests its proxy forwards
-    /// (`crate::peers`): the limit its algorithm learnt, not the one in force, and its
-    /// regulator's drop ratio. `id` is the proxy's.
+    /// (`crate::peers`): the limit its algorithm learnt, not the one in force, its
+    /// regulator's drop ratio, and where its own priority line lies. `id` is the proxy's.
     pub fn peer_stamp(&self, id: u64) -> PeerStamp {
+        let state = self.regulator.state();
         PeerStamp {
             id,
             limit: self.limit.limit().max(1),
-            ratio: self.regulator.state().reject_ratio.clamp(0.0, 1.0),
+            ratio: state.reject_ratio.clamp(0.0, 1.0),
+            line: state.line,
         }
     }
 
@@ -875,8 +877,11 @@ impl Gate {
             weight: config.limit_weight.clamp(0.0, 1.0),
             expires: now + config.ttl,
         });
-        self.regulator
-            .hear_peers(Some((mean.ratio, config.ratio_weight.clamp(0.0, 1.0))));
+        self.regulator.hear_peers(Some(PeersHeard {
+            ratio: mean.ratio,
+            weight: config.ratio_weight.clamp(0.0, 1.0),
+            line: mean.line,
+        }));
         self.refresh_limit();
         self.fill(now);
     }

@@ -30,6 +30,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::fast_hash::FastMap;
+use crate::priority::RANKS;
 use crate::time::{Nanos, Time};
 
 /// The request header a proxy stamps its own gate's state in.
@@ -73,6 +74,9 @@ pub struct PeerStamp {
     pub limit: u32,
     /// Its regulator's drop ratio, in `[0, 1]`.
     pub ratio: f64,
+    /// Where its own priority line lies, as a position among the ranks (see `PriorityCutoff::line`); `None`
+    /// from a gate that sheds at random, or before it has seen any traffic.
+    pub line: Option<f64>,
 }
 
 /// What an instance says of the proxies in front of it on its responses: the means of their
@@ -83,6 +87,8 @@ pub struct PeerMean {
     pub ratio: f64,
     /// How many proxies the means are over.
     pub peers: u32,
+    /// The mean of the lines of the stamps that carry one (see `PriorityCutoff::line`).
+    pub line: Option<f64>,
 }
 
 impl fmt::Display for PeerStamp {
@@ -91,7 +97,11 @@ impl fmt::Display for PeerStamp {
             f,
             "id={:016x}, limit={}, ratio={:.3}",
             self.id, self.limit, self.ratio
-        )
+        )?;
+        match self.line {
+            Some(line) => write!(f, ", line={line:.2}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -101,7 +111,11 @@ impl fmt::Display for PeerMean {
             f,
             "limit={:.1}, ratio={:.3}, peers={}",
             self.limit, self.ratio, self.peers
-        )
+        )?;
+        match self.line {
+            Some(line) => write!(f, ", line={line:.2}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -117,7 +131,7 @@ pub enum ParsePeerError {
 }
 
 /// The `key=value` pairs of a header, each value checked by `parse`, the keys in `wanted`
-/// required.
+/// required and `line` optional (a proxy that predates it, or sheds at random, says none).
 fn parse_pairs<const N: usize>(
     s: &str,
     wanted: [&'static str; N],
@@ -126,12 +140,15 @@ fn parse_pairs<const N: usize>(
     let mut seen = [false; N];
     for pair in crate::lease::pairs(s) {
         let (key, value) = pair.map_err(|pair| ParsePeerError::Syntax(pair.to_owned()))?;
+        let invalid = |key| ParsePeerError::Invalid {
+            key,
+            value: value.to_owned(),
+        };
         if let Some(i) = wanted.iter().position(|w| *w == key) {
-            parse(wanted[i], value).ok_or_else(|| ParsePeerError::Invalid {
-                key: wanted[i],
-                value: value.to_owned(),
-            })?;
+            parse(wanted[i], value).ok_or_else(|| invalid(wanted[i]))?;
             seen[i] = true;
+        } else if key == "line" {
+            parse("line", value).ok_or_else(|| invalid("line"))?;
         }
     }
     match seen.iter().position(|s| !s) {
@@ -148,6 +165,14 @@ fn ratio(value: &str) -> Option<f64> {
         .filter(|r| (0.0..=1.0).contains(r))
 }
 
+/// A line's position, in `[0, RANKS]` (see `PriorityCutoff::line`).
+fn position(value: &str) -> Option<f64> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|l| (0.0..=RANKS as f64).contains(l))
+}
+
 impl FromStr for PeerStamp {
     type Err = ParsePeerError;
 
@@ -156,11 +181,13 @@ impl FromStr for PeerStamp {
             id: 0,
             limit: 0,
             ratio: 0.0,
+            line: None,
         };
         parse_pairs(s, ["id", "limit", "ratio"], |key, value| {
             match key {
                 "id" => stamp.id = u64::from_str_radix(value, 16).ok()?,
                 "limit" => stamp.limit = value.parse().ok().filter(|l| *l >= 1)?,
+                "line" => stamp.line = Some(position(value)?),
                 _ => stamp.ratio = ratio(value)?,
             }
             Some(())
@@ -177,6 +204,7 @@ impl FromStr for PeerMean {
             limit: 0.0,
             ratio: 0.0,
             peers: 0,
+            line: None,
         };
         parse_pairs(s, ["limit", "ratio", "peers"], |key, value| {
             match key {
@@ -187,12 +215,32 @@ impl FromStr for PeerMean {
                         .filter(|l| l.is_finite() && *l >= 1.0)?;
                 }
                 "ratio" => mean.ratio = ratio(value)?,
+                "line" => mean.line = Some(position(value)?),
                 _ => mean.peers = value.parse().ok().filter(|p| *p >= 1)?,
             }
             Some(())
         })?;
         Ok(mean)
     }
+}
+
+/// The line for a proxy's gates to draw (see `PieConfig::line_at_peers`): the mean of the
+/// lines its service's instances said last (`PeerMean::line`, each with when it was heard),
+/// leaving out those older than `ttl` at `now`. Each instance's mean is over the gates in front
+/// of it, one per proxy; a proxy that spreads a user's requests over the instances sheds them
+/// by whichever gate each one meets, so its gates draw one line, the mean over all the
+/// instances: in the chain on real sockets, the means said by three instances lay 9-15 ranks
+/// apart (`docs/experiments/chain-lab.md`). `None` if none is fresh.
+pub fn fleet_line(
+    heard: impl IntoIterator<Item = (f64, Time)>,
+    now: Time,
+    ttl: Nanos,
+) -> Option<f64> {
+    let (sum, n) = heard
+        .into_iter()
+        .filter(|&(line, at)| !line.is_nan() && now.saturating_since(at) < ttl)
+        .fold((0.0, 0u32), |(sum, n), (line, _)| (sum + line, n + 1));
+    (n > 0).then(|| sum / f64::from(n))
 }
 
 /// Most proxies a board keeps: a stamp of a new proxy past it is ignored, so that a board's
@@ -203,6 +251,7 @@ pub const MAX_PEERS: usize = 4096;
 struct Seen {
     limit: u32,
     ratio: f64,
+    line: Option<f64>,
     at: Time,
 }
 
@@ -218,6 +267,8 @@ pub struct PeerBoard {
     seen: FastMap<u64, Seen>,
     limits: f64,
     ratios: f64,
+    /// The sum of the lines of the stamps that carry one, and how many do.
+    lines: (f64, u32),
     next_sweep: Time,
     invalid: u64,
 }
@@ -235,6 +286,7 @@ impl PeerBoard {
             seen: FastMap::default(),
             limits: 0.0,
             ratios: 0.0,
+            lines: (0.0, 0),
             next_sweep: Time::ZERO,
             invalid: 0,
         }
@@ -258,6 +310,7 @@ impl PeerBoard {
         let new = Seen {
             limit: stamp.limit,
             ratio: stamp.ratio,
+            line: stamp.line,
             at: now,
         };
         if self.seen.len() >= MAX_PEERS && !self.seen.contains_key(&stamp.id) {
@@ -266,9 +319,15 @@ impl PeerBoard {
         if let Some(old) = self.seen.insert(stamp.id, new) {
             self.limits -= f64::from(old.limit);
             self.ratios -= old.ratio;
+            if let Some(line) = old.line {
+                self.lines = (self.lines.0 - line, self.lines.1 - 1);
+            }
         }
         self.limits += f64::from(new.limit);
         self.ratios += new.ratio;
+        if let Some(line) = new.line {
+            self.lines = (self.lines.0 + line, self.lines.1 + 1);
+        }
     }
 
     /// The means of the stamps in force at `now`, if any.
@@ -281,6 +340,8 @@ impl PeerBoard {
             limit: (self.limits / peers as f64).max(1.0),
             ratio: (self.ratios / peers as f64).clamp(0.0, 1.0),
             peers: peers as u32,
+            line: (self.lines.1 > 0)
+                .then(|| (self.lines.0 / f64::from(self.lines.1)).clamp(0.0, RANKS as f64)),
         })
     }
 
@@ -291,6 +352,11 @@ impl PeerBoard {
         self.seen.retain(|_, seen| now - seen.at < ttl);
         self.limits = self.seen.values().map(|s| f64::from(s.limit)).sum();
         self.ratios = self.seen.values().map(|s| s.ratio).sum();
+        self.lines = self
+            .seen
+            .values()
+            .filter_map(|s| s.line)
+            .fold((0.0, 0), |(sum, n), line| (sum + line, n + 1));
         self.next_sweep = now + Nanos::from_nanos((ttl.as_nanos() / 4).max(1));
     }
 
@@ -310,6 +376,7 @@ mod tests {
             id: 0x8f3a_0c1d_22b4_e907,
             limit: 17,
             ratio: 0.62,
+            line: None,
         };
         assert_eq!(
             stamp.to_string(),
@@ -320,9 +387,24 @@ mod tests {
             limit: 16.5,
             ratio: 0.625,
             peers: 3,
+            line: None,
         };
         assert_eq!(mean.to_string(), "limit=16.5, ratio=0.625, peers=3");
         assert_eq!(mean.to_string().parse(), Ok(mean));
+        let lined = PeerStamp {
+            line: Some(370.25),
+            ..stamp
+        };
+        assert_eq!(
+            lined.to_string(),
+            "id=8f3a0c1d22b4e907, limit=17, ratio=0.620, line=370.25"
+        );
+        assert_eq!(lined.to_string().parse(), Ok(lined));
+        let lined = PeerMean {
+            line: Some(768.0),
+            ..mean
+        };
+        assert_eq!(lined.to_string().parse(), Ok(lined));
     }
 
     #[test]
@@ -334,6 +416,9 @@ mod tests {
             "id=1, limit=17, ratio=1.5",
             "id=1, limit=17, ratio=NaN",
             "id=1 limit=17",
+            "id=1, limit=17, ratio=0.5, line=-1",
+            "id=1, limit=17, ratio=0.5, line=769",
+            "id=1, limit=17, ratio=0.5, line=NaN",
         ] {
             assert!(bad.parse::<PeerStamp>().is_err(), "{bad}");
         }
@@ -342,6 +427,7 @@ mod tests {
             "limit=0.5, ratio=0.5, peers=2",
             "limit=3, ratio=-0.1, peers=2",
             "limit=3, ratio=0.1, peers=0",
+            "limit=3, ratio=0.1, peers=2, line=x",
         ] {
             assert!(bad.parse::<PeerMean>().is_err(), "{bad}");
         }
@@ -355,7 +441,12 @@ mod tests {
     fn the_board_keeps_the_latest_of_each_proxy_for_its_ttl() {
         let mut board = PeerBoard::new(Nanos::from_secs(1));
         let t = Time::ZERO + Nanos::from_secs(10);
-        let stamp = |id, limit, ratio| PeerStamp { id, limit, ratio };
+        let stamp = |id, limit, ratio| PeerStamp {
+            id,
+            limit,
+            ratio,
+            line: None,
+        };
         board.record(t, stamp(1, 10, 0.2));
         board.record(t, stamp(2, 20, 0.4));
         board.record(t, stamp(1, 14, 0.6));
@@ -372,6 +463,50 @@ mod tests {
         assert_eq!(mean.peers, 1);
         assert_eq!(mean.limit, 12.0);
         assert!(board.mean(gone + Nanos::from_secs(2)).is_none());
+    }
+
+    #[test]
+    fn the_board_averages_the_lines_of_the_stamps_that_carry_one() {
+        let mut board = PeerBoard::new(Nanos::from_secs(1));
+        let t = Time::ZERO + Nanos::from_secs(10);
+        let stamp = |id, line| PeerStamp {
+            id,
+            limit: 10,
+            ratio: 0.5,
+            line,
+        };
+        board.record(t, stamp(1, Some(360.0)));
+        assert_eq!(board.mean(t).expect("one").line, Some(360.0));
+        board.record(t, stamp(2, Some(380.0)));
+        board.record(t, stamp(3, None));
+        let mean = board.mean(t).expect("three");
+        assert_eq!((mean.peers, mean.line), (3, Some(370.0)));
+        // A proxy's newer stamp replaces its line, or takes it out.
+        board.record(t, stamp(2, None));
+        assert_eq!(board.mean(t).expect("three").line, Some(360.0));
+        board.record(t, stamp(1, None));
+        assert_eq!(board.mean(t).expect("three").line, None);
+        // The sweep sums them afresh, the same.
+        board.record(t, stamp(1, Some(300.0)));
+        let later = t + Nanos::from_millis(900);
+        board.record(later, stamp(1, Some(340.0)));
+        assert_eq!(board.mean(later).expect("three").line, Some(340.0));
+    }
+
+    #[test]
+    fn a_fleet_line_is_the_mean_of_the_fresh_lines_heard() {
+        let t = Time::ZERO + Nanos::from_secs(10);
+        let ttl = Nanos::from_secs(1);
+        let ago = |ms: u64| Time::from_nanos(t.as_nanos() - ms * 1_000_000);
+        let heard = [
+            (360.0, ago(0)),
+            (380.0, ago(999)),
+            (500.0, ago(1000)),
+            (f64::NAN, t),
+        ];
+        assert_eq!(fleet_line(heard, t, ttl), Some(370.0));
+        assert_eq!(fleet_line([(500.0, ago(1000))], t, ttl), None);
+        assert_eq!(fleet_line([], t, ttl), None);
     }
 
     #[test]

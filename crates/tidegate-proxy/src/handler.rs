@@ -32,8 +32,9 @@ use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use prometheus_client::registry::Registry;
+use tidegate_core::Time;
 use tidegate_core::lease::LeaseHeader;
-use tidegate_core::peers::PeerMean;
+use tidegate_core::peers::{PeerMean, fleet_line};
 
 use crate::cutoff;
 use tidegate_core::limit::Outcome;
@@ -623,9 +624,20 @@ impl Completion {
             && let Some((_, config)) = &upstream.peers
         {
             match value.to_str().ok().and_then(|v| v.parse::<PeerMean>().ok()) {
-                Some(mean) => upstream.gates[self.partition]
-                    .gate
-                    .hear_peers(&mean, config),
+                Some(mut mean) => {
+                    if let Some(line) = mean.line {
+                        // One line for the gates in front of all the instances (see
+                        // `fleet_line`).
+                        let now = self.shared.now();
+                        upstream.heard_line.hear(line, now);
+                        let upstreams = self.shared.upstreams.load();
+                        let heard = upstreams.list.iter().filter_map(|u| u.heard_line.get());
+                        mean.line = fleet_line(heard, Time::from_nanos(now), config.ttl);
+                    }
+                    upstream.gates[self.partition]
+                        .gate
+                        .hear_peers(&mean, config)
+                }
                 None => {
                     upstream.metrics.peers_invalid.inc();
                 }

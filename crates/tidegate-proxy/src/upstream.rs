@@ -88,6 +88,9 @@ pub(crate) struct Upstream {
     pub(crate) dry_run: std::sync::atomic::AtomicBool,
     /// Its long-lived streams, under their own cap ([`crate::stream`]).
     pub(crate) streams: std::sync::Arc<crate::stream_cap::UpstreamStreams>,
+    /// The line its instance last said its peers draw (`tidegate-peers`), for the gates in
+    /// front of every instance to draw one (`tidegate_core::peers::fleet_line`).
+    pub(crate) heard_line: HeardLine,
 }
 
 impl Upstream {
@@ -139,8 +142,42 @@ impl Upstream {
             peers: config.peers.clone().map(|peers| (peer_id(), peers)),
             dry_run: (config.mode_of(upstream) == Mode::DryRun).into(),
             streams: streams.upstream(&name),
+            heard_line: HeardLine::default(),
             name,
         })
+    }
+}
+
+/// A line an instance said, and when (nanoseconds on the proxy's clock; 0: never), read
+/// and written by every thread that takes a response from any instance without a lock: a
+/// line and its time read apart at worst pair a line with the time of the one before it,
+/// within a few milliseconds.
+#[derive(Debug)]
+pub(crate) struct HeardLine {
+    line: AtomicU64,
+    at: AtomicU64,
+}
+
+impl Default for HeardLine {
+    fn default() -> HeardLine {
+        HeardLine {
+            line: AtomicU64::new(f64::NAN.to_bits()),
+            at: AtomicU64::new(0),
+        }
+    }
+}
+
+impl HeardLine {
+    pub(crate) fn hear(&self, line: f64, now: u64) {
+        self.line.store(line.to_bits(), Ordering::Relaxed);
+        self.at.store(now, Ordering::Relaxed);
+    }
+
+    /// The line and when it was heard, if ever.
+    pub(crate) fn get(&self) -> Option<(f64, tidegate_core::Time)> {
+        let at = self.at.load(Ordering::Relaxed);
+        let line = f64::from_bits(self.line.load(Ordering::Relaxed));
+        (at > 0).then(|| (line, tidegate_core::Time::from_nanos(at)))
     }
 }
 

@@ -711,6 +711,7 @@ fn the_peers_mean_holds_the_limit_in_force_until_it_lapses() {
         limit,
         ratio: 0.0,
         peers: 3,
+        line: None,
     };
     // All the way to the mean by default, halfway at 0.5; the stamp says what was learnt.
     gate.hear_peers(t(0), &mean(16.0), &config);

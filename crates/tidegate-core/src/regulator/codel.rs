@@ -251,6 +251,7 @@ impl Regulator for Codel {
             cutoff_rank: shedding.then(|| u16::from(self.shed_tier) * u16::from(COHORTS) - 1),
             burst: false,
             overloaded: self.overloaded,
+            line: None,
         }
     }
 

@@ -53,6 +53,18 @@ enum Cut {
     Rank { rank: u16, fraction: f64 },
 }
 
+impl Cut {
+    /// Where the cut lies among the ranks (see [`PriorityCutoff::line`]).
+    fn position(self) -> Option<f64> {
+        match self {
+            Cut::Nothing => Some(RANKS as f64),
+            Cut::Everything => Some(0.0),
+            Cut::Uniform(_) => None,
+            Cut::Rank { rank, fraction } => Some(f64::from(rank) + 1.0 - fraction),
+        }
+    }
+}
+
 const SEEN_WORDS: usize = RANKS.div_ceil(64);
 
 /// The positions of the set bits of a word, lowest first (or highest first, from the back).
@@ -89,7 +101,11 @@ pub struct PriorityCutoff {
     /// The time between the last two updates and the decay factor over it.
     decay: (Nanos, f64),
     ratio: f64,
+    /// The cut in force: the one the last update drew, or a line drawn at since
+    /// ([`PriorityCutoff::draw_at`]).
     cut: Cut,
+    /// The cut the last update drew on this histogram.
+    drawn: Cut,
     /// Largest share per second by which the line of [`PriorityCutoff::excludes`] may move
     /// back toward the less important ranks (infinite: it follows the ratio).
     fall_rate: f64,
@@ -114,6 +130,7 @@ impl PriorityCutoff {
             decay: (Nanos::ZERO, 1.0),
             ratio: 0.0,
             cut: Cut::Nothing,
+            drawn: Cut::Nothing,
             fall_rate: f64::INFINITY,
             held: 0.0,
             held_cut: Cut::Nothing,
@@ -230,6 +247,7 @@ impl PriorityCutoff {
             0.0
         };
         (self.cut, self.held_cut) = self.find_cuts(total, self.ratio, self.held);
+        self.drawn = self.cut;
         self.hold_ranks();
     }
 
@@ -380,6 +398,45 @@ impl PriorityCutoff {
         self.held > 0.0
     }
 
+    /// Where the line the last update drew lies, as a position among the ranks: rank `r`
+    /// spans `[r, r + 1)`, and the line at `x` rejects what lies above `x`, so a cut through
+    /// rank `r` that rejects `fraction` of it lies at `r + 1 - fraction`, a cut of everything
+    /// at 0 and a cut of nothing at [`RANKS`]. `None` before any history. Gates whose lines
+    /// lie at the same position shed the same cohorts whatever the mix of their traffic; the
+    /// same ratio over two gates' histograms does not (a tier's share counted on a few
+    /// hundred arrivals is a few points off either way, a dozen cohorts).
+    pub fn line(&self) -> Option<f64> {
+        self.drawn.position()
+    }
+
+    /// Puts the line in force at `line`, a position as [`PriorityCutoff::line`] gives it,
+    /// until the next update: the peers' mean line, drawn where theirs are (see
+    /// `PieConfig::line_at_peers`). The line this gate's own update drew stays what
+    /// [`PriorityCutoff::line`] says. The line the tiers are held at
+    /// ([`PriorityCutoff::with_fall_rate`]) is this one too: held at this gate's own ratio,
+    /// it would exclude the tiers past its own line, not past the peers'.
+    pub fn draw_at(&mut self, line: f64) {
+        self.cut = if line.is_nan() || line >= RANKS as f64 {
+            Cut::Nothing
+        } else if line <= 0.0 {
+            Cut::Everything
+        } else {
+            let rank = line.floor();
+            Cut::Rank {
+                // In `[0, RANKS)`, so it fits.
+                rank: rank as u16,
+                fraction: (1.0 - (line - rank)).clamp(0.0, 1.0),
+            }
+        };
+        self.held_cut = self.cut;
+    }
+
+    /// Whether the line in force rejects anything (a line drawn at the peers' may, while
+    /// this gate's own ratio is zero).
+    pub fn cutting(&self) -> bool {
+        self.cut != Cut::Nothing
+    }
+
     /// The least important rank still (at least partly) admitted; ranks above it are all
     /// rejected. `None` when nothing is cut off by rank (no shedding, or no history yet).
     pub fn cutoff_rank(&self) -> Option<u16> {
@@ -420,6 +477,73 @@ mod tests {
         }
         let share = rejected.iter().sum::<u32>() as f64 / n as f64;
         (share, rejected)
+    }
+
+    #[test]
+    fn a_line_drawn_at_its_own_position_cuts_as_the_update_did() {
+        // A cut through a rank, nothing, everything: drawn again at the position `line`
+        // gives, the same ranks and the same share of the rank it cuts through.
+        let mut rng = Rng::seed(9);
+        let mut draw = || {
+            rank(
+                2 + rng.range_inclusive(0, 3) as u32,
+                rng.range_inclusive(0, 127) as u32,
+            )
+        };
+        let arrivals: Vec<u16> = (0..20_000).map(|_| draw()).collect();
+        for ratio in [0.0, 0.37, 0.5, 1.0] {
+            let mut drawn = PriorityCutoff::new(Nanos::from_secs(3600));
+            arrivals.iter().for_each(|&r| drawn.record(r));
+            drawn.update(Time::ZERO, ratio);
+            let mut redrawn = drawn.clone();
+            let line = drawn.line().expect("a history");
+            redrawn.draw_at(line);
+            assert_eq!(redrawn.cutoff_rank(), drawn.cutoff_rank(), "ratio {ratio}");
+            let at = redrawn.cut.position().expect("a line");
+            assert!((at - line).abs() < 1e-9, "ratio {ratio}: {at} for {line}");
+            // The own line is still the update's.
+            assert_eq!(redrawn.line(), Some(line));
+        }
+    }
+
+    #[test]
+    fn gates_at_the_same_position_cut_the_same_ranks_whatever_their_mix() {
+        // Two gates see different counts of the same tiers (a few hundred arrivals each:
+        // tier 2's share 20% at one, 26% at the other). At the same ratio their lines lie
+        // apart by several cohorts of tier 2; drawn at the mean of their positions, both
+        // turn away exactly the ranks past it.
+        let mut rng = Rng::seed(3);
+        let mut gates = [0.20, 0.26].map(|tier_2| {
+            let mut cutoff = PriorityCutoff::new(Nanos::from_secs(3600));
+            for _ in 0..600 {
+                let tier = if rng.chance(tier_2) {
+                    2
+                } else {
+                    3 + rng.range_inclusive(0, 2) as u32
+                };
+                cutoff.record(rank(tier, rng.range_inclusive(0, 127) as u32));
+            }
+            cutoff.update(Time::ZERO, 0.65);
+            cutoff
+        });
+        let lines = gates.each_ref().map(|g| g.line().expect("a history"));
+        assert!((lines[0] - lines[1]).abs() > 8.0, "{lines:?}");
+        let mean = (lines[0] + lines[1]) / 2.0;
+        gates.iter_mut().for_each(|g| g.draw_at(mean));
+        assert_eq!(gates[0].cutoff_rank(), gates[1].cutoff_rank());
+        let through = gates[0].cutoff_rank().expect("a cut");
+        for r in [through - 1, through + 1, rank(5, 0)] {
+            assert_eq!(
+                gates[0].should_reject(r),
+                gates[1].should_reject(r),
+                "rank {r}"
+            );
+        }
+        // Past the ends: nothing, everything.
+        gates[0].draw_at(RANKS as f64);
+        assert!(!gates[0].cutting() && !gates[0].should_reject(rank(5, 127)));
+        gates[0].draw_at(0.0);
+        assert!(gates[0].should_reject(rank(0, 0)));
     }
 
     #[test]

@@ -84,6 +84,22 @@ pub struct RegulatorState {
     pub burst: bool,
     /// Whether the regulator believes the service is overloaded.
     pub overloaded: bool,
+    /// Where the regulator's own priority line lies, as a position among the ranks
+    /// ([`PriorityCutoff::line`]), drawn on its own traffic whatever line its peers have it
+    /// draw: what it stamps for its peers (`crate::peers`). `None` when it does not shed by
+    /// priority, or has not seen any traffic yet.
+    pub line: Option<f64>,
+}
+
+/// What the gates in front of the same instances said through them (`crate::peers`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PeersHeard {
+    /// Their mean drop ratio.
+    pub ratio: f64,
+    /// The share of the way to `ratio` to move at each update.
+    pub weight: f64,
+    /// The mean position of their priority lines, if they stamped any.
+    pub line: Option<f64>,
 }
 
 /// A queue regulator. The gate calls it on every arrival and on every departure from the queue,
@@ -125,8 +141,8 @@ pub trait Regulator: Send + fmt::Debug {
         false
     }
 
-    /// The mean drop ratio of the gates in front of the same instances, and the share of
-    /// the way to it to move at each update (`crate::peers`), or `None` once it lapsed.
-    /// The default ignores it: only a regulator with a drop ratio to share takes it.
-    fn hear_peers(&mut self, _peers: Option<(f64, f64)>) {}
+    /// What the gates in front of the same instances said (`crate::peers`), or `None` once
+    /// it lapsed. The default ignores it: only a regulator with a drop ratio to share takes
+    /// it.
+    fn hear_peers(&mut self, _peers: Option<PeersHeard>) {}
 }

@@ -197,6 +197,7 @@ impl Regulator for Pid {
             cutoff_rank: self.cutoff.cutoff_rank(),
             burst: false,
             overloaded: self.overloaded,
+            line: self.cutoff.line(),
         }
     }
 

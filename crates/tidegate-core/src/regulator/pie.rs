@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::cutoff::{HISTORY_HALF_LIFE, PriorityCutoff, unit};
-use super::{QueueStats, Regulator, RegulatorState, Verdict, updates_due};
+use super::{PeersHeard, QueueStats, Regulator, RegulatorState, Verdict, updates_due};
 use crate::priority::Priority;
 use crate::rng::Rng;
 use crate::time::{Nanos, Time};
@@ -95,6 +95,15 @@ pub struct PieConfig {
     /// (`docs/experiments/chain-lab.md`, "A line at the shed share"). `None` (default): the
     /// line is PIE's `p` alone.
     pub line_at_shed_share: Option<Nanos>,
+    /// Draw the priority line where the peers' lines lie on average (their `line` in
+    /// `tidegate-peers`, `crate::peers`), while they say one; this gate's own line, drawn on
+    /// its own traffic, is what it stamps for them. Gates in front of the same instances
+    /// each draw their line on their own few hundred arrivals a second, and a user near the
+    /// line is shed by one and admitted by the next: in the chain on real sockets, lines a
+    /// dozen or two ranks apart, most of the disagreement that was not the queue's expiry
+    /// (`docs/experiments/chain-lab.md`). The mean of their positions is one line for all
+    /// of them, and each gate's own line still moves it by its share. Default false.
+    pub line_at_peers: bool,
     /// Seed of the drop draws when shedding at random. Default 0.
     pub seed: u64,
 }
@@ -113,6 +122,7 @@ impl Default for PieConfig {
             cut_fall_rate: 0.05,
             callers_hold_back: false,
             line_at_shed_share: None,
+            line_at_peers: false,
             seed: 0,
         }
     }
@@ -173,9 +183,11 @@ pub struct Pie {
     last_dequeued: u64,
     rng: Rng,
     cutoff: PriorityCutoff,
-    /// The peers' mean drop probability and the share of the way to it `p` moves at each
-    /// update ([`Regulator::hear_peers`]).
-    peers: Option<(f64, f64)>,
+    /// What the peers said ([`Regulator::hear_peers`]): their mean drop probability and the
+    /// share of the way to it `p` moves at each update, and their mean line.
+    peers: Option<PeersHeard>,
+    /// [`PieConfig::line_at_peers`].
+    line_at_peers: bool,
     /// With [`PieConfig::line_at_shed_share`]: what the gate kept out of its service.
     shed_share: Option<ShedShare>,
 }
@@ -253,6 +265,7 @@ impl Pie {
             last_dequeued: 0,
             rng: Rng::seed(config.seed),
             peers: None,
+            line_at_peers: config.line_at_peers,
             shed_share: config.line_at_shed_share.map(ShedShare::new),
             cutoff: {
                 let history = config
@@ -382,8 +395,8 @@ impl Regulator for Pie {
             self.update_probability(delay);
             // The peers' mean pulls the level, after this gate's own step, which is kept
             // whole: each PIE still answers its own queue.
-            if let Some((mean, weight)) = self.peers {
-                self.p = unit(self.p + weight * (mean - self.p));
+            if let Some(peers) = self.peers {
+                self.p = unit(self.p + peers.weight * (peers.ratio - self.p));
             }
         }
 
@@ -398,6 +411,11 @@ impl Regulator for Pie {
                 .as_mut()
                 .map_or(0.0, |share| share.update(now, last, queue));
             self.cutoff.update(now, self.p.max(shed));
+            if let Some(line) = self.peers.and_then(|peers| peers.line)
+                && self.line_at_peers
+            {
+                self.cutoff.draw_at(line);
+            }
         }
     }
 
@@ -418,6 +436,10 @@ impl Regulator for Pie {
             },
             burst: !self.burst.is_zero(),
             overloaded: self.p > 0.0,
+            line: match self.shed_by {
+                ShedBy::Priority => self.cutoff.line(),
+                ShedBy::Random => None,
+            },
         }
     }
 
@@ -425,10 +447,10 @@ impl Regulator for Pie {
     /// histogram only matters once p > 0, and p only rises over updates that saw a standing
     /// queue, while arrivals are seen.
     fn transparent(&self) -> bool {
-        self.p <= 0.0 && !self.cutoff.holding()
+        self.p <= 0.0 && !self.cutoff.holding() && !self.cutoff.cutting()
     }
 
-    fn hear_peers(&mut self, peers: Option<(f64, f64)>) {
+    fn hear_peers(&mut self, peers: Option<PeersHeard>) {
         self.peers = peers;
     }
 }
@@ -436,6 +458,7 @@ impl Regulator for Pie {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::priority::RANKS;
     use crate::regulator::testkit::{Mix, Setup, run};
 
     /// Ticks a regulator every 15 ms with a queue of a given length that the service empties
@@ -526,7 +549,11 @@ mod tests {
         // stops being pulled once the mean lapses.
         let mut alone = Pie::new(&PieConfig::default());
         let mut pulled = Pie::new(&PieConfig::default());
-        pulled.hear_peers(Some((0.6, 0.3)));
+        pulled.hear_peers(Some(PeersHeard {
+            ratio: 0.6,
+            weight: 0.3,
+            line: None,
+        }));
         let (mut a, mut b) = (Feed::new(), Feed::new());
         for _ in 0..=3 {
             a.tick(&mut alone, 0);
@@ -540,6 +567,50 @@ mod tests {
         let before = pulled.p;
         b.tick(&mut pulled, 0);
         assert!(pulled.p < before, "{} from {before}", pulled.p);
+    }
+
+    #[test]
+    fn with_line_at_peers_the_peers_line_is_drawn_and_the_own_one_stamped() {
+        // A gate whose own queue is empty (its `p` stays 0) hears that its peers draw their
+        // line at the start of tier 4: it turns tiers 4-5 away and lets tier 3 in, and still
+        // stamps its own line, which cuts nothing. Without the option it cuts nothing.
+        let heard = PeersHeard {
+            ratio: 0.0,
+            weight: 0.0,
+            line: Some(f64::from(Priority::new(4, 0).expect("valid").rank())),
+        };
+        let mut by_peers = Pie::new(&PieConfig {
+            line_at_peers: true,
+            ..PieConfig::default()
+        });
+        let mut alone = Pie::new(&PieConfig::default());
+        let mut feed = Feed::new();
+        for pie in [&mut by_peers, &mut alone] {
+            for tier in 0..6 {
+                pie.on_arrival(Time::ZERO, Priority::new(tier, 7).expect("valid"), 0);
+            }
+            pie.hear_peers(Some(heard));
+        }
+        for _ in 0..3 {
+            feed.tick(&mut by_peers, 0);
+            feed.tick(&mut alone, 0);
+        }
+        let tier = |t| Priority::new(t, 7).expect("valid");
+        assert!(
+            !by_peers.transparent(),
+            "the peers' line must see every arrival"
+        );
+        assert_eq!(rejections(&mut by_peers, tier(5), 0), 1_000);
+        assert_eq!(rejections(&mut by_peers, tier(4), 0), 1_000);
+        assert_eq!(rejections(&mut by_peers, tier(3), 0), 0);
+        assert_eq!(by_peers.state().line, Some(RANKS as f64));
+        assert!(alone.transparent());
+        assert_eq!(rejections(&mut alone, tier(5), 0), 0);
+        // Once the peers' means lapse, the gate draws its own line again.
+        by_peers.hear_peers(None);
+        feed.tick(&mut by_peers, 0);
+        assert_eq!(rejections(&mut by_peers, tier(5), 0), 0);
+        assert!(by_peers.transparent());
     }
 
     #[test]

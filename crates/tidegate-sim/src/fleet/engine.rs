@@ -15,7 +15,7 @@ use tidegate_core::limit::Outcome;
 use tidegate_core::outbound::{
     AdaptiveThrottle, Backoff, RetryBudget, RetryBudgetConfig, RetryPolicy,
 };
-use tidegate_core::peers::{PeerBoard, PeerConfig};
+use tidegate_core::peers::{PeerBoard, PeerConfig, fleet_line};
 use tidegate_core::priority::{CohortMap, stable_hash};
 use tidegate_core::queue::Ticket;
 use tidegate_core::rng::{Rng, splitmix64};
@@ -159,6 +159,8 @@ struct Proxy {
     outstanding: u32,
     /// Which of the hop's instances it sends an admitted call to.
     upstreams: Upstreams,
+    /// The line each instance last said its peers draw, and when (see `fleet_line`).
+    lines: Vec<Option<(f64, Time)>>,
 }
 
 #[derive(Debug, Default)]
@@ -310,6 +312,7 @@ impl<'a> Engine<'a> {
                         },
                         outstanding: 0,
                         upstreams: Upstreams::new(config.instances.get() as usize),
+                        lines: vec![None; config.instances.get() as usize],
                     })
                     .collect(),
                 instances: (0..config.instances.get())
@@ -800,10 +803,16 @@ impl<'a> Engine<'a> {
         // The response carries the means of the proxies' stamps the instance holds.
         let h = &mut self.hops[hop];
         if let Some(config) = h.peers.as_ref()
-            && let Some(mean) = h.instances[instance].peers.mean(now)
-            && let Some(gate) = h.proxies[proxy].gate.as_mut()
+            && let Some(mut mean) = h.instances[instance].peers.mean(now)
         {
-            gate.hear_peers(now, &mean, config);
+            let p = &mut h.proxies[proxy];
+            if let Some(line) = mean.line {
+                p.lines[instance] = Some((line, now));
+                mean.line = fleet_line(p.lines.iter().flatten().copied(), now, config.ttl);
+            }
+            if let Some(gate) = p.gate.as_mut() {
+                gate.hear_peers(now, &mean, config);
+            }
         }
         let i = &self.hops[hop].instances[instance];
         // The instance's response carries the cut-off its outbound layer holds for the next
