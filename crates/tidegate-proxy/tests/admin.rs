@@ -27,11 +27,7 @@ async fn a_metrics_scrape_parses_and_accounts_for_every_request() {
         ("/status/500", "1"),
         ("/echo", "nonsense"),
     ] {
-        let request = Request::get(proxy.url(path))
-            .header("tidegate-priority", priority)
-            .body(empty())
-            .unwrap();
-        send(&client, request).await;
+        send(&client, get_at(proxy.url(path), priority)).await;
     }
     let metrics = proxy.metrics().await;
     for (family, kind) in [

@@ -17,12 +17,7 @@ async fn the_proxy_sheds_what_its_upstream_refuses_until_the_hint_expires() {
     let origin = Origin::start("a").await;
     let proxy = TestProxy::start(config(&[&origin])).await;
     let client = client();
-    let get = |path: &str, priority: &str| {
-        Request::get(proxy.url(path))
-            .header("tidegate-priority", priority)
-            .body(empty())
-            .unwrap()
-    };
+    let get = |path: &str, priority: &str| get_at(proxy.url(path), priority);
     // The upstream refuses, cutting past rank 127 (tier 0) for 10 s.
     let refused = send(&client, get("/cutoff/127/10s", "3")).await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);

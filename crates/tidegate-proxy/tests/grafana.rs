@@ -15,7 +15,6 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
-use http::Request;
 
 /// Every PromQL expression of the dashboard: the panels' targets and the variables' queries.
 fn queries(dashboard: &serde_json::Value) -> Vec<String> {
@@ -87,11 +86,7 @@ async fn every_query_of_the_grafana_dashboard_names_metrics_and_labels_the_proxy
     let proxy = TestProxy::start(config(&[&origin])).await;
     let client = client();
     for (path, priority) in [("/echo", "1"), ("/status/503", "5"), ("/echo", "bad")] {
-        let request = Request::get(proxy.url(path))
-            .header("tidegate-priority", priority)
-            .body(empty())
-            .unwrap();
-        send(&client, request).await;
+        send(&client, get_at(proxy.url(path), priority)).await;
     }
     let metrics = proxy.metrics().await;
     let mut exported: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();

@@ -59,3 +59,48 @@ async fn without_peers_the_proxy_neither_stamps_nor_listens() {
     assert!(origin.last_seen().headers.get("tidegate-peer").is_none());
     assert_eq!(proxy.metrics().await.sum("tidegate_limit", &[]), learnt);
 }
+
+#[tokio::test]
+async fn with_line_at_peers_the_gates_draw_the_mean_line_of_all_the_instances() {
+    // Instance `a` says its peers' lines lie at the start of tier 4 (rank 512), `b` at the
+    // start of tier 5 (640). The proxy's gates, in front of either, draw the line at the mean
+    // over both, 576 (tier 4, cohort 64): tier 5 and the rest of tier 4 are turned away, the
+    // first half of tier 4 and tier 3 go through. At either instance's own line, one of the
+    // two tier-4 requests below would go the other way.
+    let (a, b) = (Origin::start("a").await, Origin::start("b").await);
+    let mut config = config(&[&a, &b]);
+    config.peers = Some(PeerConfig::default());
+    config.gate.regulator.pie.line_at_peers = true;
+    let proxy = TestProxy::start(config).await;
+    let client = client();
+    let get = |path: &str, priority: &str| get_at(proxy.url(path), priority);
+    // Each gate takes in the mean over the lines heard so far when its own instance answers:
+    // twice each, so that the second answer of each comes after the first of the other.
+    while a.served() < 2 || b.served() < 2 {
+        let response = send(&client, get("/peers/20/512/640", "0")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    // The gates' regulators draw the heard line at their next update, 15 ms on.
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    let status = |priority: &'static str| {
+        let client = client.clone();
+        let request = get("/echo", priority);
+        async move { send(&client, request).await.status() }
+    };
+    // Each gate updates on the traffic it sees: one request through each first.
+    for _ in 0..4 {
+        status("0").await;
+    }
+    assert_eq!(status("5/0").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(status("4/100").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(status("4/10").await, StatusCode::OK);
+    assert_eq!(status("3/127").await, StatusCode::OK);
+    // The stamps say the gate's own line, drawn on its own traffic (nearly all of tier 0) at
+    // its own ratio (pulled toward the instances' 0.5): inside tier 0, not the line in force.
+    let stamp: PeerStamp = b.last_seen().headers["tidegate-peer"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(stamp.line.is_some_and(|line| line < 128.0), "{stamp}");
+}

@@ -280,9 +280,17 @@ async fn origin(state: Arc<OriginState>, request: Request<Incoming>) -> Response
         response
             .headers_mut()
             .insert("tidegate-cutoff", cutoff.parse().unwrap());
-    } else if let Some(limit) = path.strip_prefix("/peers/") {
-        // What a `PeerBoardLayer` would say of two proxies: `/peers/LIMIT`.
-        let mean = format!("limit={limit}, ratio=0.5, peers=2");
+    } else if let Some(rest) = path.strip_prefix("/peers/") {
+        // What a `PeerBoardLayer` would say of two proxies: `/peers/LIMIT`, or
+        // `/peers/LIMIT/LINE_A/LINE_B` with their mean line, the first from the origin named
+        // `a`, the second from any other.
+        let mut parts = rest.split('/');
+        let limit = parts.next().unwrap_or_default();
+        let mut mean = format!("limit={limit}, ratio=0.5, peers=2");
+        if let (Some(a), Some(b)) = (parts.next(), parts.next()) {
+            let line = if state.name == "a" { a } else { b };
+            mean.push_str(&format!(", line={line}"));
+        }
         response
             .headers_mut()
             .insert("tidegate-peers", mean.parse().unwrap());
@@ -457,6 +465,14 @@ pub(crate) fn h2c_client() -> Client<HttpConnector, TestBody> {
 
 pub(crate) fn empty() -> TestBody {
     Empty::new().boxed()
+}
+
+/// A `GET` of `url` with `tidegate-priority: PRIORITY`.
+pub(crate) fn get_at(url: String, priority: &str) -> Request<TestBody> {
+    Request::get(url)
+        .header("tidegate-priority", priority)
+        .body(empty())
+        .unwrap()
 }
 
 pub(crate) fn body(bytes: impl Into<Bytes>) -> TestBody {
