@@ -10,13 +10,15 @@
 # callers hold back what they cut, PIE's `callers_hold_back`; the proxies of each hop share
 # their limits, and A's their drop ratios, through the origins, `[peers]` and `tidegate
 # origin --peers`, docs/peers.md; A's gates draw their line at least at the share they shed,
-# PIE's `line_at_shed_share`); `no peers` (the same without that exchange); `no
+# PIE's `line_at_shed_share`, and where their peers' lines lie on average, PIE's
+# `line_at_peers`); `no peers` (the same without that exchange); `no
 # feedback` (A's origins ignore B's cut-off, `tidegate-cutoff`: `tidegate origin
 # --ignore-cutoff`); `no shared salt` (each A proxy hashes caller keys to cohorts with its
 # own salt); `naive retries` (the clients retry at once, 3 attempts, no budget, whatever
 # Retry-After says); `no shed-share line` (the same as `tidegate` but for A's gates, which
 # draw their priority line at PIE's `p` alone instead of at least at the share they shed,
-# `line_at_shed_share`).
+# `line_at_shed_share`, nor at their peers'); `no peers' line` (A's gates each draw their own
+# line, at least at the share they shed, not at their peers' mean line).
 #
 # Printed per arm, over the requests after the drop (from 5 s after it to the end):
 # cohort agreement (of the keys an A proxy shed in a second, among those at least two A
@@ -59,8 +61,8 @@ base=$((20000 + RANDOM % 12000))
 # start_proxy NAME PORT ADMIN SALT HOLD PEERS LINE UPSTREAM...: writes a proxy's file (the
 # cohort from the caller key, hashed with SALT; HOLD: whether its callers hold back what it
 # cuts, PIE's `callers_hold_back`; PEERS: what it shares with the other proxies of its hop,
-# `off`, `edge` or `behind`; LINE: PIE's `line_at_shed_share`, a half-life, or `off`) and
-# starts it.
+# `off`, `edge` or `behind`; LINE: PIE's `line_at_shed_share`, a half-life, or `off`, and
+# with `+peers` after the half-life, `line_at_peers` too) and starts it.
 start_proxy() {
     local name=$1 port=$2 admin=$3 salt=$4 hold=$5 peers=$6 line=$7
     shift 7
@@ -82,7 +84,8 @@ start_proxy() {
         # slowdown, fewer than one dequeue per PIE update: the line at the share they shed
         # rather than at PIE's noisy `p` alone, which leaves most of the cut to the queue's
         # timeout (docs/experiments/chain-lab.md, "A line at the shed share").
-        [[ $line == off ]] || echo "line_at_shed_share = \"$line\""
+        [[ $line == off ]] || echo "line_at_shed_share = \"${line%+peers}\""
+        [[ $line == *+peers ]] && echo "line_at_peers = true"
         # Where to share what (docs/peers.md): at the edge, whose gates draw the line between
         # the users served and those shed, the limit and the drop ratio at the defaults;
         # behind it, where the callers honour the cut-off, the limit halfway and no ratio (a
@@ -160,12 +163,13 @@ calls() {
 run_arm() {
     local arm=$1 i port
     local ignore=() retry=budget salted=0 hold=true edge=edge behind=behind origin_peers=(--peers)
-    local line=4s
+    local line=4s+peers
     [[ $arm == "no peers" ]] && edge=off behind=off origin_peers=()
     [[ $arm == "no feedback" ]] && ignore=(--ignore-cutoff) hold=false
     [[ $arm == "naive retries" ]] && retry=naive
     [[ $arm == "no shared salt" ]] && salted=1
     [[ $arm == "no shed-share line" ]] && line=off
+    [[ $arm == "no peers' line" ]] && line=4s
     local b_origins=() b_proxies=() b_admins=() a_origins=() a_proxies=() a_admins=()
     pids=()
     for i in 0 1 2; do
@@ -310,3 +314,4 @@ run_arm "no feedback"
 run_arm "no shared salt"
 run_arm "naive retries"
 run_arm "no shed-share line"
+run_arm "no peers' line"
