@@ -157,7 +157,9 @@ impl Default for PieConfig {
 /// With [`PieConfig::line_at_shed_share`], the cut by priority is drawn at the higher of `p`
 /// and the share of the arrivals the gate did not serve, counted over seconds: a gate that sees
 /// less than a dequeue per update draws its line where the service needs it, not where PIE's
-/// noisy delay estimate leaves `p`.
+/// noisy delay estimate leaves `p`. With [`PieConfig::line_at_peers`], the line in force is
+/// where the peers' lines lie on average, and the one drawn by `p` (and the share) is what the
+/// gate stamps for them.
 ///
 /// Left out from the RFC: de-randomization (section 5.1), which needs a uniform coin and
 /// brings nothing to priority shedding; and the active/inactive switch on queue length, which
@@ -443,9 +445,9 @@ impl Regulator for Pie {
         }
     }
 
-    /// At p = 0, once no rank is held shed in full, every arrival is admitted. The priority
-    /// histogram only matters once p > 0, and p only rises over updates that saw a standing
-    /// queue, while arrivals are seen.
+    /// At p = 0, once no rank is held shed in full and no line drawn at the peers' is in
+    /// force, every arrival is admitted. The priority histogram only matters once p > 0, and
+    /// p only rises over updates that saw a standing queue, while arrivals are seen.
     fn transparent(&self) -> bool {
         self.p <= 0.0 && !self.cutoff.holding() && !self.cutoff.cutting()
     }
