@@ -38,14 +38,40 @@
 # ratio their line is drawn at, the median queue and the median wait of its oldest entry, and
 # the requests a gate expired and its regulator turned away, a second).
 #
-# Usage: docs/experiments/chain-lab.sh [--quick]   (--quick: 15 s an arm instead of 45 s)
+# Usage: docs/experiments/chain-lab.sh [--quick] [--arm NAME]...
+#   --quick: 15 s an arm instead of 45 s
+#   --arm NAME: run only this arm (repeat for several, in that order; a name it does not know is
+#     a usage error): paired runs of two arms take a minute and a half rather than six
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
 
+all_arms=(tidegate "no peers" "no feedback" "no shared salt" "naive retries" "no shed-share line"
+    "no peers' line")
 duration=45
-if [[ ${1:-} == --quick ]]; then duration=15; fi
+arms=()
+while (($#)); do
+    case $1 in
+        --quick) duration=15 ;;
+        --arm)
+            known=0
+            for arm in "${all_arms[@]}"; do [[ ${2:-} == "$arm" ]] && known=1; done
+            if ((!known)); then
+                echo "chain-lab.sh: --arm ${2:-(missing)}: not one of: $(printf '"%s" ' "${all_arms[@]}")" >&2
+                exit 2
+            fi
+            arms+=("$2")
+            shift
+            ;;
+        *)
+            echo "usage: $0 [--quick] [--arm NAME]..." >&2
+            exit 2
+            ;;
+    esac
+    shift
+done
+((${#arms[@]})) || arms=("${all_arms[@]}")
 drop=$((duration / 3))
 measure_from=$((drop + 5))
 # B: 3 origins of 2 workers at 10 ms = 600/s, 300/s after the drop; offered 3x that.
@@ -308,10 +334,6 @@ EOF
 
 echo "| arm | cohort agreement | wasted work at A | attempts per request | chain goodput (of ${capacity_after}/s) | tiers 0-1 served | disagreeing sheds by reason | keys shed in part, tiers 0-5 | limits by origin at A / B | A's gates: medians; a gate-second |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
-run_arm tidegate
-run_arm "no peers"
-run_arm "no feedback"
-run_arm "no shared salt"
-run_arm "naive retries"
-run_arm "no shed-share line"
-run_arm "no peers' line"
+for arm in "${arms[@]}"; do
+    run_arm "$arm"
+done
