@@ -74,8 +74,9 @@ pub struct PeerStamp {
     pub limit: u32,
     /// Its regulator's drop ratio, in `[0, 1]`.
     pub ratio: f64,
-    /// Where its own priority line lies, as a position among the ranks (see `PriorityCutoff::line`); `None`
-    /// from a gate that sheds at random, or before it has seen any traffic.
+    /// Where its own priority line lies, as a position among the ranks (see
+    /// `PriorityCutoff::line`); `None` from a gate that sheds at random, or before it has seen
+    /// any traffic.
     pub line: Option<f64>,
 }
 

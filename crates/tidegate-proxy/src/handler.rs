@@ -625,13 +625,16 @@ impl Completion {
         {
             match value.to_str().ok().and_then(|v| v.parse::<PeerMean>().ok()) {
                 Some(mut mean) => {
-                    if let Some(line) = mean.line {
+                    if let (Some(line), Some(heard_line)) = (mean.line, &upstream.heard_line) {
                         // One line for the gates in front of all the instances (see
                         // `fleet_line`).
                         let now = self.shared.now();
-                        upstream.heard_line.hear(line, now);
+                        heard_line.hear(line, now);
                         let upstreams = self.shared.upstreams.load();
-                        let heard = upstreams.list.iter().filter_map(|u| u.heard_line.get());
+                        let heard = upstreams
+                            .list
+                            .iter()
+                            .filter_map(|u| u.heard_line.as_ref()?.get());
                         mean.line = fleet_line(heard, Time::from_nanos(now), config.ttl);
                     }
                     upstream.gates[self.partition]

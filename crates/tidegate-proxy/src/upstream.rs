@@ -88,9 +88,11 @@ pub(crate) struct Upstream {
     pub(crate) dry_run: std::sync::atomic::AtomicBool,
     /// Its long-lived streams, under their own cap ([`crate::stream`]).
     pub(crate) streams: std::sync::Arc<crate::stream_cap::UpstreamStreams>,
-    /// The line its instance last said its peers draw (`tidegate-peers`), for the gates in
-    /// front of every instance to draw one (`tidegate_core::peers::fleet_line`).
-    pub(crate) heard_line: HeardLine,
+    /// With `[peers]` and PIE's `line_at_peers`: the line its instance last said its peers
+    /// draw (`tidegate-peers`), for the gates in front of every instance to draw one
+    /// (`tidegate_core::peers::fleet_line`). Without them nothing reads it, and each response
+    /// skips the mean.
+    pub(crate) heard_line: Option<HeardLine>,
 }
 
 impl Upstream {
@@ -142,7 +144,8 @@ impl Upstream {
             peers: config.peers.clone().map(|peers| (peer_id(), peers)),
             dry_run: (config.mode_of(upstream) == Mode::DryRun).into(),
             streams: streams.upstream(&name),
-            heard_line: HeardLine::default(),
+            heard_line: (config.peers.is_some() && gate_config.regulator.pie.line_at_peers)
+                .then(HeardLine::default),
             name,
         })
     }

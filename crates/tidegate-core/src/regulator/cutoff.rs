@@ -63,6 +63,22 @@ impl Cut {
             Cut::Rank { rank, fraction } => Some(f64::from(rank) + 1.0 - fraction),
         }
     }
+
+    /// The cut that lies at `line`, the inverse of [`Cut::position`].
+    fn at(line: f64) -> Cut {
+        if line.is_nan() || line >= RANKS as f64 {
+            Cut::Nothing
+        } else if line <= 0.0 {
+            Cut::Everything
+        } else {
+            let rank = line.floor();
+            Cut::Rank {
+                // In `[0, RANKS)`, so it fits.
+                rank: rank as u16,
+                fraction: (1.0 - (line - rank)).clamp(0.0, 1.0),
+            }
+        }
+    }
 }
 
 const SEEN_WORDS: usize = RANKS.div_ceil(64);
@@ -416,18 +432,7 @@ impl PriorityCutoff {
     /// ([`PriorityCutoff::with_fall_rate`]) is this one too: held at this gate's own ratio,
     /// it would exclude the tiers past its own line, not past the peers'.
     pub fn draw_at(&mut self, line: f64) {
-        self.cut = if line.is_nan() || line >= RANKS as f64 {
-            Cut::Nothing
-        } else if line <= 0.0 {
-            Cut::Everything
-        } else {
-            let rank = line.floor();
-            Cut::Rank {
-                // In `[0, RANKS)`, so it fits.
-                rank: rank as u16,
-                fraction: (1.0 - (line - rank)).clamp(0.0, 1.0),
-            }
-        };
+        self.cut = Cut::at(line);
         self.held_cut = self.cut;
     }
 

@@ -413,8 +413,8 @@ impl Regulator for Pie {
                 .as_mut()
                 .map_or(0.0, |share| share.update(now, last, queue));
             self.cutoff.update(now, self.p.max(shed));
-            if let Some(line) = self.peers.and_then(|peers| peers.line)
-                && self.line_at_peers
+            if self.line_at_peers
+                && let Some(line) = self.peers.and_then(|peers| peers.line)
             {
                 self.cutoff.draw_at(line);
             }
