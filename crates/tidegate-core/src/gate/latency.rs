@@ -26,8 +26,7 @@ pub(super) struct ServiceLatency {
     current: Option<(Time, Nanos)>,
     /// Lowest rtt of the period before.
     previous: Option<Nanos>,
-    /// Mean rtt in seconds, and when it was last fed.
-    mean: Option<(Time, f64)>,
+    mean: Option<DecayedMean>,
 }
 
 impl ServiceLatency {
@@ -45,12 +44,14 @@ impl ServiceLatency {
         };
         let rtt = rtt.as_secs_f64();
         self.mean = Some(match self.mean {
-            Some((last, mean)) => {
-                let dt = now.saturating_since(last).as_secs_f64();
-                let weight = decay_weight(dt / MEAN_TIME_CONSTANT);
-                (now, mean + weight * (rtt - mean))
-            }
-            None => (now, rtt),
+            Some(decayed) => decayed.fed(now, rtt),
+            None => DecayedMean {
+                fed: now,
+                mean: rtt,
+                // What the first answer covers: no answer came before it for about its own
+                // time.
+                weight: decay_weight(rtt / MEAN_TIME_CONSTANT),
+            },
         });
     }
 
@@ -65,7 +66,7 @@ impl ServiceLatency {
 
     /// The mean answer, in seconds.
     pub(super) fn mean(&self) -> Option<f64> {
-        self.mean.map(|(_, mean)| mean)
+        self.mean.map(|decayed| decayed.mean)
     }
 
     /// How long a request queued behind `ahead` others would wait for a slot, by Little's law:
@@ -73,6 +74,37 @@ impl ServiceLatency {
     pub(super) fn expected_wait(&self, ahead: usize, limit: u32) -> Option<f64> {
         let mean = self.mean()?;
         Some((ahead as f64 + 1.0) * mean / f64::from(limit.max(1)))
+    }
+}
+
+/// The mean of the answers over about the last [`MEAN_TIME_CONSTANT`], each weighted by the
+/// time since the answer before it, `1 - e^(-gap)`, as the weights decay by `e^(-age)`; over
+/// the sum of the weights, which nears 1 after a few time constants. Without that sum, the
+/// first answer held the weight of all the time before it, and for its first second a gate's
+/// mean was mostly that answer, the fastest (short requests finish first): in front of 1 ms of
+/// exponential work it read 20-50 us, and the wait bound measured a queue of 240 (12 ms, past
+/// the callers' 10 ms timeout) as 0.2 ms of wait.
+#[derive(Clone, Copy, Debug)]
+struct DecayedMean {
+    /// When it was last fed.
+    fed: Time,
+    /// In seconds.
+    mean: f64,
+    /// The sum of the answers' weights.
+    weight: f64,
+}
+
+impl DecayedMean {
+    /// With an answer of `rtt` seconds at `now`.
+    fn fed(self, now: Time, rtt: f64) -> DecayedMean {
+        let dt = now.saturating_since(self.fed).as_secs_f64();
+        let gap = decay_weight(dt / MEAN_TIME_CONSTANT);
+        let weight = self.weight * (1.0 - gap) + gap;
+        DecayedMean {
+            fed: now,
+            mean: self.mean + (rtt - self.mean) * gap / weight,
+            weight,
+        }
     }
 }
 
@@ -223,6 +255,25 @@ mod tests {
     }
 
     #[test]
+    fn the_first_answer_weighs_no_more_than_the_time_it_covers() {
+        // A fast first answer, then 30 ms of answers at 1 ms, 30 us apart (1 ms exponential
+        // work at 30 workers): the mean is theirs, not the first one's.
+        let mut latency = ServiceLatency::default();
+        latency.record(Time::ZERO, Nanos::from_micros(20));
+        for i in 1..=1_000 {
+            latency.record(
+                Time::ZERO + Nanos::from_micros(30 * i),
+                Nanos::from_millis(1),
+            );
+        }
+        let mean = latency.mean().expect("fed");
+        assert!((mean - 0.001).abs() < 0.000_01, "{mean}");
+        // So a queue of 240 in front of a limit of 20 is 12 ms of wait, not 0.2 ms.
+        let wait = latency.expected_wait(240, 20).expect("fed");
+        assert!((wait - 0.012).abs() < 0.000_2, "{wait}");
+    }
+
+    #[test]
     fn the_mean_spans_about_a_second_whatever_the_rate() {
         // 1,000 answers a second at 10 ms, then 5 ms for a second: most of the way there.
         let mut fast = ServiceLatency::default();
@@ -242,9 +293,12 @@ mod tests {
             slow.record(at(i * 250), Nanos::from_millis(5));
         }
         let slow = slow.mean().expect("fed");
-        let expected = 0.005 + 0.005 * (-1.0f64).exp();
+        // The first second's answers weigh `e^-1 - e^-2` of the `1 - e^-2` that two seconds
+        // of answers add up to (four answers a second are a coarser sum of the same).
+        let (e1, e2) = ((-1.0f64).exp(), (-2.0f64).exp());
+        let expected = 0.005 + 0.005 * (e1 - e2) / (1.0 - e2);
         assert!((fast - expected).abs() < 0.000_1, "{fast} vs {expected}");
-        assert!((slow - expected).abs() < 0.000_1, "{slow} vs {expected}");
+        assert!((slow - expected).abs() < 0.000_2, "{slow} vs {expected}");
         // Little's law: 3 ahead of a limit of 2 at that mean.
         let mut latency = ServiceLatency::default();
         latency.record(at(0), Nanos::from_millis(10));
