@@ -45,13 +45,7 @@ impl ServiceLatency {
         let rtt = rtt.as_secs_f64();
         self.mean = Some(match self.mean {
             Some(decayed) => decayed.fed(now, rtt),
-            None => DecayedMean {
-                fed: now,
-                mean: rtt,
-                // What the first answer covers: no answer came before it for about its own
-                // time.
-                weight: decay_weight(rtt / MEAN_TIME_CONSTANT),
-            },
+            None => DecayedMean::first(now, rtt),
         });
     }
 
@@ -66,7 +60,7 @@ impl ServiceLatency {
 
     /// The mean answer, in seconds.
     pub(super) fn mean(&self) -> Option<f64> {
-        self.mean.map(|decayed| decayed.mean)
+        self.mean.as_ref().map(DecayedMean::mean)
     }
 
     /// How long a request queued behind `ahead` others would wait for a slot, by Little's law:
@@ -83,28 +77,43 @@ impl ServiceLatency {
 /// first answer held the weight of all the time before it, and for its first second a gate's
 /// mean was mostly that answer, the fastest (short requests finish first): in front of 1 ms of
 /// exponential work it read 20-50 us, and the wait bound measured a queue of 240 (12 ms, past
-/// the callers' 10 ms timeout) as 0.2 ms of wait.
+/// the callers' 10 ms timeout) as 0.2 ms of wait. The sums are kept and divided when read, so
+/// that an answer costs two multiply-adds, no division.
 #[derive(Clone, Copy, Debug)]
 struct DecayedMean {
     /// When it was last fed.
     fed: Time,
-    /// In seconds.
-    mean: f64,
-    /// The sum of the answers' weights.
+    /// The sum of the weighted answers, in seconds.
+    sum: f64,
+    /// The sum of their weights.
     weight: f64,
 }
 
 impl DecayedMean {
+    /// The first answer, of `rtt` seconds at `now`: it weighs what it covers, as no answer
+    /// came before it for about its own time.
+    fn first(now: Time, rtt: f64) -> DecayedMean {
+        let weight = decay_weight(rtt / MEAN_TIME_CONSTANT);
+        DecayedMean {
+            fed: now,
+            sum: weight * rtt,
+            weight,
+        }
+    }
+
     /// With an answer of `rtt` seconds at `now`.
     fn fed(self, now: Time, rtt: f64) -> DecayedMean {
         let dt = now.saturating_since(self.fed).as_secs_f64();
         let gap = decay_weight(dt / MEAN_TIME_CONSTANT);
-        let weight = self.weight * (1.0 - gap) + gap;
         DecayedMean {
             fed: now,
-            mean: self.mean + (rtt - self.mean) * gap / weight,
-            weight,
+            sum: self.sum + gap * (rtt - self.sum),
+            weight: self.weight + gap * (1.0 - self.weight),
         }
+    }
+
+    fn mean(&self) -> f64 {
+        self.sum / self.weight
     }
 }
 
