@@ -307,6 +307,11 @@ pub struct Autotune {
     first_window: bool,
     /// No window has asked for less yet: growth doubles (TCP's slow start).
     slow_start: bool,
+    /// Slow start's last window before its last doubling: what the doubling bought is
+    /// judged against it (see [`Autotune::doubling_paid`]).
+    before_doubling: Option<Span>,
+    /// A window since slow start's last doubling held rather than grew, and did not end it.
+    held_in_slow_start: bool,
     /// The last covariance check that could tell saw throughput follow inflight (elasticity
     /// above `high_elasticity`), and none since below `low_elasticity`.
     elastic: bool,
@@ -379,6 +384,8 @@ impl Autotune {
             started: false,
             first_window: false,
             slow_start: true,
+            before_doubling: None,
+            held_in_slow_start: false,
             elastic: false,
             window: WindowCounts::default(),
             success_rtt: Nanos::ZERO,
@@ -409,6 +416,23 @@ impl Autotune {
     /// Latency increase tolerated at the current limit, as a fraction of the baseline.
     fn tolerance(&self) -> f64 {
         self.config.tolerance.max(0.0) / self.limit.sqrt()
+    }
+
+    /// Whether slow start's last doubling bought throughput in proportion to the requests
+    /// it added, within two standard errors of the counts' noise (`Span::gain_noise`), as
+    /// `window`, the first after it, measured. Then the service is below its knee, and a
+    /// window's rtt in the hold band (past half the tolerance, within it) is its own spread
+    /// read against a baseline that sits under its mean: slow start's windows follow each
+    /// doubling, so their answers are the short ones (docs/algorithms.md, "A baseline
+    /// anchored on short-biased windows"). A doubling past the knee buys less than in
+    /// proportion, with contention nothing.
+    fn doubling_paid(&self, window: &Span) -> bool {
+        self.before_doubling.is_some_and(|before| {
+            let inflight = (window.inflight() / before.inflight().max(f64::MIN_POSITIVE)).ln();
+            let gain = (window.throughput() / before.throughput().max(f64::MIN_POSITIVE)).ln();
+            // At least `e^0.5`, 1.65 times the requests in flight: a doubling that filled.
+            inflight >= 0.5 && gain >= inflight - 2.0 * Span::gain_noise(&before, window)
+        })
     }
 
     fn open_window(&mut self, now: Time) {
@@ -484,8 +508,19 @@ impl Autotune {
             self.watch_served(rtt, held, in_force, tol, inflight);
             self.watch_demand(throughput, bound);
             if moved != Move::Grow && self.base.is_some() {
-                // The first window judged that does not grow ends slow start for good.
-                self.slow_start = false;
+                // The first window judged that does not grow ends slow start for good; but
+                // one that only holds after a doubling that paid holds that limit for a
+                // window, and the next one decides.
+                let hold = self.slow_start
+                    && moved == Move::Hold
+                    && bound
+                    && !self.held_in_slow_start
+                    && self.doubling_paid(&window);
+                if hold {
+                    self.held_in_slow_start = true;
+                } else {
+                    self.slow_start = false;
+                }
             }
             if let Some(restore) = self.probe.take() {
                 // The probe is over; keep its outcome only if latency asked for even less.
@@ -534,6 +569,10 @@ impl Autotune {
                 if self.filled == RING {
                     self.arbitrate();
                 }
+            }
+            if self.slow_start && self.limit.round() != in_force {
+                self.before_doubling = Some(window);
+                self.held_in_slow_start = false;
             }
             let floor = self
                 .floor()

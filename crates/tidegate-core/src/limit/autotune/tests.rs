@@ -390,6 +390,46 @@ fn slow_start_doubles_while_the_limit_binds_and_ends_where_latency_rises() {
 }
 
 #[test]
+fn slow_start_holds_once_in_the_hold_band_after_a_doubling_that_paid() {
+    // Slow start has just doubled 20 to 40 on a window of 2,000 answers at 10 ms, the
+    // baseline; the window at 40 reads 13 ms, a smoothed 11.5 ms: 15% over, past half of
+    // the 23.7% tolerated at 40.
+    let ms = Nanos::from_millis;
+    for (answers, paid) in [(4_000, true), (2_000, false)] {
+        // Without the product floor, which would lift a limit bound at 8,000 answers a
+        // second of 10 ms to the 80 they keep in flight.
+        let mut a = Autotune::new(&AutotuneConfig {
+            product_floor: false,
+            ..config(40)
+        });
+        a.started = true;
+        a.open_window(Time::ZERO);
+        a.srtt = Some(0.01);
+        a.base = Some(Baseline::anchored(0.01, 0.0));
+        a.before_doubling = Some(Span {
+            windows: 1,
+            seconds: 0.5,
+            successes: 2_000,
+            samples: 2_000,
+            inflight_sum: 20 * 2_000,
+            rtt: 2_000.0 * 0.01,
+            rtt_sq: 2_000.0 * 0.01 * 0.01,
+        });
+        // Twice the answers at twice the requests in flight (4,000 a second at 20, 8,000 at
+        // 40): below the knee, where the rtt is the service's own spread, slow start holds a
+        // window; the same answers at twice the requests bought nothing, and end it.
+        let now = window(&mut a, Time::ZERO, answers, ms(13), Outcome::Success);
+        assert_eq!(a.limit(), 40);
+        assert_eq!(a.slow_start, paid, "{answers}");
+        // The next window reads the baseline: a doubling while slow start lasts, a growth
+        // of `log10(limit)` after it.
+        window(&mut a, now, answers, ms(10), Outcome::Success);
+        let grown = if paid { 80.0 } else { 40.0 + 40f64.log10() };
+        assert!((a.limit - grown).abs() < 1e-9, "{answers}: {}", a.limit);
+    }
+}
+
+#[test]
 fn growth_by_the_headroom_only_where_concurrency_was_seen_to_pay() {
     // 100 in flight at the baseline: the tolerance at 100 is 15%, half of it 7.5 requests
     // of headroom. Taken only once a covariance check saw throughput follow inflight;
