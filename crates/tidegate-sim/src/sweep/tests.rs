@@ -261,14 +261,18 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
     // settling 23 -> 14 and tier-1 losses 1 -> 0; a coarse baseline refined by precise
     // windows of its level (`Baseline::observe` in Autotune) settling 14 -> 10; the wait
     // bound measured against the mean answer below capacity (`gate/demand.rs`) and
-    // Autotune's reset no deeper than its ring's evidence, goodput 8 -> 5.
+    // Autotune's reset no deeper than its ring's evidence, goodput 8 -> 5. The wait bound's
+    // mean weighed by the time each answer covers (`gate/latency.rs`) traded: settling
+    // 9 -> 7, goodput 5 -> 6 (bimodal 99/1 at a knee of 10 stepped to 3x, 104% -> 90%; over
+    // 24 seeds that shape 94.4% -> 92.2%, within its seeds' noise, and the family's goodput
+    // misses 2,183 -> 2,120 case-seeds).
     let bounds = [
-        (Target::Goodput, 5),
+        (Target::Goodput, 6),
         (Target::Shed, 0),
         (Target::P99Oracle, 6),
         (Target::P99Timeout, 2),
         (Target::Tiers, 0),
-        (Target::Settle, 10),
+        (Target::Settle, 7),
     ];
     let report = render::misses(&results, DEFAULT, usize::MAX);
     for (target, bound) in bounds {
