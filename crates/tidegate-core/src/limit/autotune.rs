@@ -307,11 +307,12 @@ pub struct Autotune {
     first_window: bool,
     /// No window has asked for less yet: growth doubles (TCP's slow start).
     slow_start: bool,
-    /// Slow start's last window before its last doubling: what the doubling bought is
-    /// judged against it (see [`Autotune::doubling_paid`]).
+    /// Slow start's last window before its limit last moved, if the limit bound in it: what
+    /// a doubling bought is judged against it (see [`Autotune::doubling_paid`]).
     before_doubling: Option<Span>,
-    /// A window since slow start's last doubling held rather than grew, and did not end it.
-    held_in_slow_start: bool,
+    /// A window since slow start's limit last moved held rather than grew, and re-anchored
+    /// the baseline instead of ending slow start.
+    rebased_in_slow_start: bool,
     /// The last covariance check that could tell saw throughput follow inflight (elasticity
     /// above `high_elasticity`), and none since below `low_elasticity`.
     elastic: bool,
@@ -385,7 +386,7 @@ impl Autotune {
             first_window: false,
             slow_start: true,
             before_doubling: None,
-            held_in_slow_start: false,
+            rebased_in_slow_start: false,
             elastic: false,
             window: WindowCounts::default(),
             success_rtt: Nanos::ZERO,
@@ -421,8 +422,8 @@ impl Autotune {
     /// Whether slow start's last doubling bought throughput in proportion to the requests
     /// it added, within two standard errors of the counts' noise (`Span::gain_noise`), as
     /// `window`, the first after it, measured. Then the service is below its knee, and a
-    /// window's rtt in the hold band (past half the tolerance, within it) is its own spread
-    /// read against a baseline that sits under its mean: slow start's windows follow each
+    /// window's rtt in the hold band (past half the tolerance, within it) is its own mean
+    /// read against a baseline anchored under it: slow start's windows follow each
     /// doubling, so their answers are the short ones (docs/algorithms.md, "A baseline
     /// anchored on short-biased windows"). A doubling past the knee buys less than in
     /// proportion, with contention nothing.
@@ -509,15 +510,17 @@ impl Autotune {
             self.watch_demand(throughput, bound);
             if moved != Move::Grow && self.base.is_some() {
                 // The first window judged that does not grow ends slow start for good; but
-                // one that only holds after a doubling that paid holds that limit for a
-                // window, and the next one decides.
-                let hold = self.slow_start
+                // one that only holds after a doubling that paid read the service's own
+                // mean against a baseline anchored under it: it re-anchors the baseline
+                // there, once a doubling, and the next window decides.
+                let rebase = self.slow_start
                     && moved == Move::Hold
                     && bound
-                    && !self.held_in_slow_start
+                    && !self.rebased_in_slow_start
                     && self.doubling_paid(&window);
-                if hold {
-                    self.held_in_slow_start = true;
+                if rebase {
+                    self.rebased_in_slow_start = true;
+                    self.anchor();
                 } else {
                     self.slow_start = false;
                 }
@@ -570,9 +573,10 @@ impl Autotune {
                     self.arbitrate();
                 }
             }
+            // A limit the demand did not fill is no level to judge a doubling from.
             if self.slow_start && self.limit.round() != in_force {
-                self.before_doubling = Some(window);
-                self.held_in_slow_start = false;
+                self.before_doubling = bound.then_some(window);
+                self.rebased_in_slow_start = false;
             }
             let floor = self
                 .floor()

@@ -390,10 +390,10 @@ fn slow_start_doubles_while_the_limit_binds_and_ends_where_latency_rises() {
 }
 
 #[test]
-fn slow_start_holds_once_in_the_hold_band_after_a_doubling_that_paid() {
+fn slow_start_re_anchors_in_the_hold_band_after_a_doubling_that_paid() {
     // Slow start has just doubled 20 to 40 on a window of 2,000 answers at 10 ms, the
     // baseline; the window at 40 reads 13 ms, a smoothed 11.5 ms: 15% over, past half of
-    // the 23.7% tolerated at 40.
+    // the 23.7% tolerated at 40 (the hold band).
     let ms = Nanos::from_millis;
     for (answers, paid) in [(4_000, true), (2_000, false)] {
         // Without the product floor, which would lift a limit bound at 8,000 answers a
@@ -416,16 +416,20 @@ fn slow_start_holds_once_in_the_hold_band_after_a_doubling_that_paid() {
             rtt_sq: 2_000.0 * 0.01 * 0.01,
         });
         // Twice the answers at twice the requests in flight (4,000 a second at 20, 8,000 at
-        // 40): below the knee, where the rtt is the service's own spread, slow start holds a
-        // window; the same answers at twice the requests bought nothing, and end it.
+        // 40): below the knee, where the rtt is the service's own mean, the baseline is
+        // anchored there and slow start goes on; the same answers at twice the requests
+        // bought nothing, and end it.
         let now = window(&mut a, Time::ZERO, answers, ms(13), Outcome::Success);
         assert_eq!(a.limit(), 40);
         assert_eq!(a.slow_start, paid, "{answers}");
-        // The next window reads the baseline: a doubling while slow start lasts, a growth
-        // of `log10(limit)` after it.
-        window(&mut a, now, answers, ms(10), Outcome::Success);
-        let grown = if paid { 80.0 } else { 40.0 + 40f64.log10() };
-        assert!((a.limit - grown).abs() < 1e-9, "{answers}: {}", a.limit);
+        let base = a.base.expect("anchored").value;
+        let anchored = if paid { 0.0115 } else { 0.01 };
+        assert!((base - anchored).abs() < 1e-9, "{answers}: {base}");
+        // The next window reads 13 ms again: within half the tolerance of the new baseline,
+        // a doubling; past it against the old one, a hold.
+        window(&mut a, now, answers, ms(13), Outcome::Success);
+        let limit = if paid { 80.0 } else { 40.0 };
+        assert!((a.limit - limit).abs() < 1e-9, "{answers}: {}", a.limit);
     }
 }
 
