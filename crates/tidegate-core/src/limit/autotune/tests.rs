@@ -434,6 +434,41 @@ fn slow_start_re_anchors_in_the_hold_band_after_a_doubling_that_paid() {
 }
 
 #[test]
+fn a_shrink_whose_rtt_fell_within_the_noise_does_not_reset_the_count_of_futile_ones() {
+    // A baseline of 75 ms anchored under the service's own mean of about 100 ms, windows
+    // whose smoothed rtt is known to 5 ms, and shrinks that would each give back 7-10 ms if
+    // the excess were a queue.
+    let se = 0.005;
+    let shrink = |rtt: f64, expected_rtt: f64| latency::Shrink {
+        rtt,
+        expected_rtt,
+        variance: se * se,
+    };
+    let mut a = past_slow_start(200);
+    a.base = Some(Baseline::anchored(0.075, 0.0));
+    a.srtt_var = se * se;
+    // Not halfway down: futile.
+    a.check_shrink(&shrink(0.111, 0.1015), 0.111);
+    assert_eq!(a.futile, 1);
+    // 1.25 ms past halfway, well within two standard errors (14 ms): it tells nothing.
+    a.check_shrink(&shrink(0.097, 0.0905), 0.0925);
+    assert_eq!(a.futile, 1);
+    // Futile again: the second in a row that says anything re-anchors on the rtt.
+    a.srtt = Some(0.0974);
+    a.check_shrink(&shrink(0.0999, 0.0931), 0.0974);
+    assert_eq!(a.futile, 0);
+    assert!(
+        a.base.is_some_and(|b| (b.value - 0.0974).abs() < 1e-9),
+        "{:?}",
+        a.base
+    );
+    // A fall beyond the noise is a queue that drained: the count starts again.
+    a.check_shrink(&shrink(0.111, 0.1015), 0.111);
+    a.check_shrink(&shrink(0.111, 0.1015), 0.085);
+    assert_eq!(a.futile, 0);
+}
+
+#[test]
 fn growth_by_the_headroom_only_where_concurrency_was_seen_to_pay() {
     // 100 in flight at the baseline: the tolerance at 100 is 15%, half of it 7.5 requests
     // of headroom. Taken only once a covariance check saw throughput follow inflight;
