@@ -99,10 +99,7 @@ impl fmt::Display for PeerStamp {
             "id={:016x}, limit={}, ratio={:.3}",
             self.id, self.limit, self.ratio
         )?;
-        match self.line {
-            Some(line) => write!(f, ", line={line:.2}"),
-            None => Ok(()),
-        }
+        write_line(f, self.line)
     }
 }
 
@@ -113,10 +110,15 @@ impl fmt::Display for PeerMean {
             "limit={:.1}, ratio={:.3}, peers={}",
             self.limit, self.ratio, self.peers
         )?;
-        match self.line {
-            Some(line) => write!(f, ", line={line:.2}"),
-            None => Ok(()),
-        }
+        write_line(f, self.line)
+    }
+}
+
+/// The optional `line=` pair that ends both headers.
+fn write_line(f: &mut fmt::Formatter<'_>, line: Option<f64>) -> fmt::Result {
+    match line {
+        Some(line) => write!(f, ", line={line:.2}"),
+        None => Ok(()),
     }
 }
 
