@@ -271,10 +271,13 @@ pub struct Autotune {
     drop_level: Option<f64>,
     /// Windows that asked to grow since the last backoff for drops.
     clean: u32,
-    /// Retries of a limit that drew drops which drew drops again, less those that held
-    /// for `RING` windows (at most [`MAX_DOUBLINGS`]): the wait before the next retry is
-    /// `RING << retries`.
+    /// Retries of the fenced level (one that drew drops or failed a trial) that failed
+    /// again, counted afresh at a fence below the last, less those that held for `RING` windows
+    /// (at most [`MAX_DOUBLINGS`]; see [`Autotune::fence_retries`]): the wait before the
+    /// next retry is `RING << retries`.
     retries: u32,
+    /// The last level fenced, by drops or a failed trial (see [`Autotune::fence_retries`]).
+    fenced: Option<f64>,
     /// The limit went back to the level that drew drops since the last backoff.
     retried: bool,
     /// Windows at or above the level that drew drops that asked to grow since it was
@@ -371,6 +374,7 @@ impl Autotune {
             drop_level: None,
             clean: 0,
             retries: 0,
+            fenced: None,
             retried: false,
             held: 0,
             idle_probes: 0,
@@ -593,7 +597,7 @@ impl Autotune {
                 self.trial = None;
                 // A growth that latency sent back down within its trial failed it.
                 if trial.to > trial.from && self.limit.round() < trial.to && moved == Move::Shrink {
-                    self.remember_level(trial.to);
+                    self.remember_level(trial.to, true);
                 }
             }
             // A latency shrink into small limits: walk on down by probes, each a trial.

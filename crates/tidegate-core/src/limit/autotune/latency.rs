@@ -5,7 +5,7 @@
 
 use super::baseline::Baseline;
 use super::covariance::RING;
-use super::trial::{JUDGED_STEP, MAX_DOUBLINGS};
+use super::trial::JUDGED_STEP;
 use super::window::{WINDOW_PRECISION, WindowRtt};
 use super::{Autotune, Move};
 
@@ -116,9 +116,7 @@ impl Autotune {
             // before the next one. The capacity demo's 8 (one request queued in a pool of 7
             // workers, callers with 0.5 s of slack) drew drops at every retry; at a retry
             // every 10 windows of 3 s, a sixth of the time was spent at 8 or backing off.
-            if std::mem::take(&mut self.retried) {
-                self.retries = (self.retries + 1).min(MAX_DOUBLINGS);
-            }
+            self.retries = self.fence_retries(self.limit.round(), 0);
             self.drop_level = Some(self.limit.round());
             self.clean = 0;
             self.held = 0;

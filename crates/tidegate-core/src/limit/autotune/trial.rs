@@ -26,8 +26,8 @@ pub(super) const JUDGED_SPAN: Nanos = Nanos::from_secs(1);
 /// rings between probes that found nothing: at most 16 times the first wait.
 pub(super) const MAX_DOUBLINGS: u32 = 4;
 
-/// Doublings of the wait before a level that failed a trial is tried again the first
-/// time: `RING << 3`, 80 windows (see [`Autotune::remember_level`]).
+/// Doublings of the wait before a level that failed a trial past doubt, or one of 2, is
+/// tried again the first time: `RING << 3`, 80 windows (see [`Autotune::remember_level`]).
 pub(super) const FIRST_RETRY_DOUBLINGS: u32 = 3;
 
 /// Throughput and inflight over consecutive measured windows at one limit in force.
@@ -140,9 +140,10 @@ impl Autotune {
         let elasticity = gain / inflight.ln();
         let told = inflight >= 1.0 + JUDGED_STEP / 2.0 && !elasticity.is_nan();
         // Futile only if throughput fell short of following inflight by more than its noise.
+        let noise = Span::gain_noise(lower, higher);
         let futile = told
             && elasticity < self.config.low_elasticity
-            && gain < inflight.ln() - TRIAL_EVIDENCE * Span::gain_noise(lower, higher);
+            && gain < inflight.ln() - TRIAL_EVIDENCE * noise;
         if told && elasticity > self.config.high_elasticity {
             // The step bought throughput in proportion: below the knee, where whatever rtt
             // the latency rule reads as a queue is the service's own (it got slower, not
@@ -171,7 +172,11 @@ impl Autotune {
             }
             return false;
         }
-        self.remember_level(trial.from.max(trial.to).round());
+        // Past doubt: the elasticity under `low_elasticity` by as many standard errors
+        // as a futile trial must fall short of proportion.
+        let beyond_noise =
+            gain < self.config.low_elasticity * inflight.ln() - TRIAL_EVIDENCE * noise;
+        self.remember_level(trial.from.max(trial.to).round(), beyond_noise);
         if grew {
             self.limit = trial.from;
             self.settling = true;
@@ -181,28 +186,54 @@ impl Autotune {
     }
 
     /// A level that failed a trial is tried again as one that drew drops is: after
-    /// `RING << retries` windows asking to grow, and at least 80 (`RING << 3`) where one
-    /// request is a large step of the level below it (10 or less). There a retry is dear: on
-    /// RSocket's service it holds a server at twice its concurrency for a whole span, past
-    /// the curve's knee (p99 90-180 ms in those seconds against 19 ms); in the capacity
-    /// demo, 8 for 7 workers costs the queued callers their timeout. Waiting 20 windows,
-    /// those retries were a third of RSocket's steady seconds above 19 ms and most of what
-    /// the capacity demo lost in its steady state (capacity-adaptive seed 5: 3.26 ok/s;
-    /// 3.34 waiting 80). Above, a failed trial is a growth of a tenth that latency sent
+    /// `RING << retries` windows asking to grow (see [`Autotune::fence_retries`]). Where one
+    /// request is a large step of the level below it (10 or less), a retry is dear, and the
+    /// first wait is 80 windows (`RING << 3`) if the verdict is past doubt (`beyond_noise`:
+    /// the trial bought less than `low_elasticity` of its step by three standard errors, or
+    /// latency sent it back) or the level is 2, where a retry doubles the concurrency. On
+    /// RSocket's service a retry of 2 holds a server at twice its concurrency for a whole
+    /// span, past the curve's knee (p99 90-180 ms in those seconds against 19 ms), and its
+    /// verdicts there are within the noise of its answers; in the capacity demo, 8 for 7
+    /// workers costs the queued callers their timeout, past doubt. Waiting 20 windows, those
+    /// retries were a third of RSocket's steady seconds above 19 ms and most of what the
+    /// capacity demo lost in its steady state. A verdict that the noise of a few dozen answers
+    /// could have made is retried after `RING` windows, and one that fails again waits 80: 10
+    /// workers of exponential work, halved, failed 7 -> 8 on 41 answers against 55 (the gain
+    /// -0.26 in the log, its noise 0.18), and a wait of 80 windows held 7 for 35 s after the
+    /// workers came back. Above 10, a failed trial is a growth of a tenth that latency sent
     /// back: retrying it costs a window of a small queue, and waiting 80 windows held a
     /// Pareto service at 18 of its 30 workers for 40 s after its capacity came back.
-    pub(super) fn remember_level(&mut self, level: f64) {
+    pub(super) fn remember_level(&mut self, level: f64, beyond_noise: bool) {
         self.forget_served();
-        let retried = std::mem::take(&mut self.retried);
-        let first = if one_request_is_judged(level - 1.0) {
+        let first = if one_request_is_judged(level - 1.0) && (beyond_noise || level <= 2.0) {
             FIRST_RETRY_DOUBLINGS
         } else {
             0
         };
-        self.retries = (self.retries + u32::from(retried)).clamp(first, MAX_DOUBLINGS);
+        self.retries = self.fence_retries(level, first);
         self.drop_level = Some(level);
         self.clean = 0;
         self.held = 0;
+    }
+
+    /// The retries to count for `level`, just fenced (by drops or a failed trial), and at
+    /// least `first`: one more than before if this failure was a retry of the fence; as
+    /// many as before if `level` is no lower than the last level fenced (what failed there
+    /// fails above it as well); afresh otherwise, since a lower level that fails is news of
+    /// the service, not a retry. A cache in front of a store (bimodal 99/1, 3 workers, a
+    /// step to 3x) backed off for its slow hundredth's drops at 6, then at 5, and each of
+    /// those fences waited the 80 windows a failed trial at 8 had set: the limit held under
+    /// the knee for most of the run.
+    pub(super) fn fence_retries(&mut self, level: f64, first: u32) -> u32 {
+        let kept = if std::mem::take(&mut self.retried) {
+            self.retries + 1
+        } else if self.fenced.is_some_and(|fenced| level >= fenced) {
+            self.retries
+        } else {
+            0
+        };
+        self.fenced = Some(level);
+        kept.clamp(first, MAX_DOUBLINGS)
     }
 
     pub(super) fn start_trial(&mut self, to: f64) {
