@@ -827,11 +827,12 @@ impl Gate {
         }
     }
 
-    /// Whether a queued request that has waited `waited` would be answered, at the service's
-    /// mean, only after its caller left (see `patience.rs`).
+    /// Whether a queued request that has waited `waited` would be answered, in what the
+    /// service answers in now (`ServiceLatency::expected_answer`), only after its caller
+    /// left (see `patience.rs`).
     fn doomed(&self, now: Time, waited: Nanos) -> bool {
-        match (self.patience.learnt(now), self.latency.mean()) {
-            (Some(patience), Some(mean)) => waited.as_secs_f64() + mean > patience,
+        match (self.patience.learnt(now), self.latency.expected_answer()) {
+            (Some(patience), Some(answer)) => waited.as_secs_f64() + answer > patience,
             _ => false,
         }
     }

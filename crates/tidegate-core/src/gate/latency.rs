@@ -19,7 +19,11 @@ const FASTEST_PERIOD: Nanos = Nanos::from_secs(10);
 /// mean spans a whole period of a service that counts its requests per second.
 const MEAN_TIME_CONSTANT: f64 = 1.0;
 
-/// The fastest recent answer and the mean of recent answers.
+/// The least time constant of the recent mean ([`ServiceLatency::expected_answer`]): the
+/// clock's resolution, so that a service answering in no time measured keeps a finite one.
+const LEAST_RECENT_TIME_CONSTANT: f64 = 1e-9;
+
+/// The fastest recent answer, the mean of recent answers, and the mean of the latest ones.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct ServiceLatency {
     /// Lowest rtt of the current period, and when it began.
@@ -27,6 +31,8 @@ pub(super) struct ServiceLatency {
     /// Lowest rtt of the period before.
     previous: Option<Nanos>,
     mean: Option<DecayedMean>,
+    /// The mean of the answers of about the last mean answer's time.
+    latest: Option<DecayedMean>,
 }
 
 impl ServiceLatency {
@@ -43,9 +49,15 @@ impl ServiceLatency {
             None => Some((now, rtt)),
         };
         let rtt = rtt.as_secs_f64();
-        self.mean = Some(match self.mean {
-            Some(decayed) => decayed.fed(now, rtt),
-            None => DecayedMean::first(now, rtt),
+        let mean = match self.mean {
+            Some(decayed) => decayed.fed(now, rtt, MEAN_TIME_CONSTANT),
+            None => DecayedMean::first(now, rtt, MEAN_TIME_CONSTANT),
+        };
+        self.mean = Some(mean);
+        let horizon = mean.mean().max(LEAST_RECENT_TIME_CONSTANT);
+        self.latest = Some(match self.latest {
+            Some(decayed) => decayed.fed(now, rtt, horizon),
+            None => DecayedMean::first(now, rtt, horizon),
         });
     }
 
@@ -61,6 +73,18 @@ impl ServiceLatency {
     /// The mean answer, in seconds.
     pub(super) fn mean(&self) -> Option<f64> {
         self.mean.as_ref().map(DecayedMean::mean)
+    }
+
+    /// What a request sent into the service now is answered in, in seconds: the larger of
+    /// the mean and the mean of the answers of about the last mean answer's time, which
+    /// were sent when the service held what it holds now. When a burst fills the service's
+    /// own queue, the last second's answers are mostly those from before it: behind 30
+    /// workers of constant 100 ms work whose callers leave at 200 ms, in bursts of 3x, a
+    /// request that had waited in the gate was sent on the mean of before the burst, and a
+    /// quarter of the answers came after their callers had left.
+    pub(super) fn expected_answer(&self) -> Option<f64> {
+        let mean = self.mean()?;
+        Some(self.latest.map_or(mean, |latest| mean.max(latest.mean())))
     }
 
     /// How long a request queued behind `ahead` others would wait for a slot, by Little's law:
@@ -90,10 +114,10 @@ struct DecayedMean {
 }
 
 impl DecayedMean {
-    /// The first answer, of `rtt` seconds at `now`: it weighs what it covers, as no answer
-    /// came before it for about its own time.
-    fn first(now: Time, rtt: f64) -> DecayedMean {
-        let weight = decay_weight(rtt / MEAN_TIME_CONSTANT);
+    /// The first answer, of `rtt` seconds at `now`, over the time constant `tau`: it weighs
+    /// what it covers, as no answer came before it for about its own time.
+    fn first(now: Time, rtt: f64, tau: f64) -> DecayedMean {
+        let weight = decay_weight(rtt / tau);
         DecayedMean {
             fed: now,
             sum: weight * rtt,
@@ -101,10 +125,10 @@ impl DecayedMean {
         }
     }
 
-    /// With an answer of `rtt` seconds at `now`.
-    fn fed(self, now: Time, rtt: f64) -> DecayedMean {
+    /// With an answer of `rtt` seconds at `now`, over the time constant `tau`.
+    fn fed(self, now: Time, rtt: f64, tau: f64) -> DecayedMean {
         let dt = now.saturating_since(self.fed).as_secs_f64();
-        let gap = decay_weight(dt / MEAN_TIME_CONSTANT);
+        let gap = decay_weight(dt / tau);
         DecayedMean {
             fed: now,
             sum: self.sum + gap * (rtt - self.sum),

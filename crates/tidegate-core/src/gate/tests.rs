@@ -660,9 +660,15 @@ fn a_queued_request_whose_caller_would_have_left_before_its_answer_is_not_sent()
     assert!(gate.cancel(t(now + 60), waiting), "its caller left too");
     // Now a request queued for 140 ms would be answered at 240 ms, after its caller left:
     // it expires rather than taking the slot. One queued for 50 ms still goes in.
+    let first = queued(gate.arrive(t(now + 60), p(1, 0)));
     let stale = queued(gate.arrive(t(now + 60), p(1, 0)));
+    gate.complete(t(now + 100), running, Outcome::Success);
+    let Some(Event::Admitted { ticket, permit, .. }) = gate.poll_event() else {
+        panic!("a request queued for 40 ms goes in")
+    };
+    assert_eq!(ticket, first);
     let fresh = queued(gate.arrive(t(now + 150), p(1, 0)));
-    gate.complete(t(now + 200), running, Outcome::Success);
+    gate.complete(t(now + 200), permit, Outcome::Success);
     let events = events(&mut gate);
     assert_eq!(events.len(), 2, "{events:?}");
     assert_eq!(events[0], Event::Expired { ticket: stale });
@@ -671,6 +677,38 @@ fn a_queued_request_whose_caller_would_have_left_before_its_answer_is_not_sent()
         "{events:?}"
     );
     assert_eq!(gate.counters().total().expired, 1);
+}
+
+#[test]
+fn a_queued_request_is_judged_by_what_the_service_answers_in_now() {
+    // One worker answering in 100 ms, callers who leave at 200 ms; then the service takes
+    // 170 ms. A second's mean is still near 100 ms, but the answers since it slowed say
+    // that a request queued for 60 ms would come after its caller left.
+    let unbounded = QueueConfig {
+        wait_bound: f64::INFINITY,
+        ..QueueConfig::default()
+    };
+    let mut gate = fixed_gate(1, unbounded);
+    let mut running = admitted(gate.arrive(t(0), p(1, 0)));
+    let mut now = 0;
+    let mut answer = |gate: &mut Gate, now: u64, running: Permit| {
+        gate.complete(t(now), running, Outcome::Success);
+        admitted(gate.arrive(t(now), p(1, 0)))
+    };
+    while now < 2_000 {
+        now += 100;
+        gate.caller_left(t(now), Nanos::from_millis(200));
+        running = answer(&mut gate, now, running);
+    }
+    for _ in 0..3 {
+        now += 170;
+        running = answer(&mut gate, now, running);
+    }
+    let mean = gate.latency.mean().expect("answers");
+    assert!(mean < 0.14, "the second's mean, {mean}");
+    let late = queued(gate.arrive(t(now + 110), p(1, 0)));
+    gate.complete(t(now + 170), running, Outcome::Success);
+    assert_eq!(events(&mut gate), [Event::Expired { ticket: late }]);
 }
 
 #[test]

@@ -265,9 +265,12 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
     // mean weighed by the time each answer covers (`gate/latency.rs`) traded: settling
     // 9 -> 7, goodput 5 -> 6 (bimodal 99/1 at a knee of 10 stepped to 3x, 104% -> 90%; over
     // 24 seeds that shape 94.4% -> 92.2%, within its seeds' noise, and the family's goodput
-    // misses 2,183 -> 2,120 case-seeds).
+    // misses 2,183 -> 2,120 case-seeds). A queued request judged by what the service
+    // answers in now (`ServiceLatency::expected_answer`) traded goodput 6 -> 7 (exponential
+    // work at a knee of 1 stepped to 3x, seed 1, 98.1% -> 91.9%; over 24 seeds that shape
+    // 92.0% -> 91.4%, within its seeds' noise, and the family's mean 97.06% -> 97.09%).
     let bounds = [
-        (Target::Goodput, 6),
+        (Target::Goodput, 7),
         (Target::Shed, 0),
         (Target::P99Oracle, 6),
         (Target::P99Timeout, 2),
