@@ -691,7 +691,7 @@ fn a_queued_request_is_judged_by_what_the_service_answers_in_now() {
     let mut gate = fixed_gate(1, unbounded);
     let mut running = admitted(gate.arrive(t(0), p(1, 0)));
     let mut now = 0;
-    let mut answer = |gate: &mut Gate, now: u64, running: Permit| {
+    let answer = |gate: &mut Gate, now: u64, running: Permit| {
         gate.complete(t(now), running, Outcome::Success);
         admitted(gate.arrive(t(now), p(1, 0)))
     };
