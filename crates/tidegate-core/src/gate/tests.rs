@@ -633,16 +633,23 @@ fn the_limit_does_not_bind_while_the_drivers_own_delays_hold_the_slots() {
     reconciles(&gate);
 }
 
-#[test]
-fn a_queued_request_whose_caller_would_have_left_before_its_answer_is_not_sent() {
-    // One worker answering in 100 ms; callers give up after 200 ms. (No wait bound: the
-    // patience alone decides.)
+/// A gate of one slot whose queue has no wait bound (callers' patience alone decides), and
+/// the permit of a request admitted at 0.
+fn one_slot_without_wait_bound() -> (Gate, Permit) {
     let unbounded = QueueConfig {
         wait_bound: f64::INFINITY,
         ..QueueConfig::default()
     };
     let mut gate = fixed_gate(1, unbounded);
-    let mut running = admitted(gate.arrive(t(0), p(1, 0)));
+    let running = admitted(gate.arrive(t(0), p(1, 0)));
+    (gate, running)
+}
+
+#[test]
+fn a_queued_request_whose_caller_would_have_left_before_its_answer_is_not_sent() {
+    // One worker answering in 100 ms; callers give up after 200 ms. (No wait bound: the
+    // patience alone decides.)
+    let (mut gate, mut running) = one_slot_without_wait_bound();
     let mut now = 0;
     // For a second and a half every answer is late: each caller left 200 ms after it
     // arrived, while its request was in the service or still queued.
@@ -684,12 +691,7 @@ fn a_queued_request_is_judged_by_what_the_service_answers_in_now() {
     // One worker answering in 100 ms, callers who leave at 200 ms; then the service takes
     // 170 ms. A second's mean is still near 100 ms, but the answers since it slowed say
     // that a request queued for 60 ms would come after its caller left.
-    let unbounded = QueueConfig {
-        wait_bound: f64::INFINITY,
-        ..QueueConfig::default()
-    };
-    let mut gate = fixed_gate(1, unbounded);
-    let mut running = admitted(gate.arrive(t(0), p(1, 0)));
+    let (mut gate, mut running) = one_slot_without_wait_bound();
     let mut now = 0;
     let answer = |gate: &mut Gate, now: u64, running: Permit| {
         gate.complete(t(now), running, Outcome::Success);
