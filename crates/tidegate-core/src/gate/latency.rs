@@ -19,9 +19,10 @@ const FASTEST_PERIOD: Nanos = Nanos::from_secs(10);
 /// mean spans a whole period of a service that counts its requests per second.
 const MEAN_TIME_CONSTANT: f64 = 1.0;
 
-/// The least time constant of the recent mean ([`ServiceLatency::expected_answer`]): the
-/// clock's resolution, so that a service answering in no time measured keeps a finite one.
-const LEAST_RECENT_TIME_CONSTANT: f64 = 1e-9;
+/// The shortest time constant of the latest answers' mean
+/// ([`ServiceLatency::expected_answer`]): the clock's resolution, so that a service
+/// answering in no time measured keeps a finite one.
+const SHORTEST_LATEST_HORIZON: f64 = 1e-9;
 
 /// The fastest recent answer, the mean of recent answers, and the mean of the latest ones.
 #[derive(Clone, Copy, Debug, Default)]
@@ -54,7 +55,7 @@ impl ServiceLatency {
             None => DecayedMean::first(now, rtt, MEAN_TIME_CONSTANT),
         };
         self.mean = Some(mean);
-        let horizon = mean.mean().max(LEAST_RECENT_TIME_CONSTANT);
+        let horizon = mean.mean().max(SHORTEST_LATEST_HORIZON);
         self.latest = Some(match self.latest {
             Some(decayed) => decayed.fed(now, rtt, horizon),
             None => DecayedMean::first(now, rtt, horizon),

@@ -273,10 +273,10 @@ pub struct Autotune {
     clean: u32,
     /// Retries of the fenced level (one that drew drops or failed a trial) that failed
     /// again, counted afresh at a fence below the last, less those that held for `RING` windows
-    /// (at most [`MAX_DOUBLINGS`]; see [`Autotune::fence_retries`]): the wait before the
+    /// (at most [`MAX_DOUBLINGS`]; see [`Autotune::fence`]): the wait before the
     /// next retry is `RING << retries`.
     retries: u32,
-    /// The last level fenced, by drops or a failed trial (see [`Autotune::fence_retries`]).
+    /// The last level fenced, by drops or a failed trial (see [`Autotune::fence`]).
     fenced: Option<f64>,
     /// The limit went back to the level that drew drops since the last backoff.
     retried: bool,

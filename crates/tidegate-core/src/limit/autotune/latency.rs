@@ -116,11 +116,7 @@ impl Autotune {
             // before the next one. The capacity demo's 8 (one request queued in a pool of 7
             // workers, callers with 0.5 s of slack) drew drops at every retry; at a retry
             // every 10 windows of 3 s, a sixth of the time was spent at 8 or backing off.
-            self.retries = self.fence_retries(self.limit.round(), 0);
-            self.drop_level = Some(self.limit.round());
-            self.clean = 0;
-            self.held = 0;
-            self.forget_served();
+            self.fence(self.limit.round(), 0);
             self.limit = (self.limit * factor).min(self.limit.round() - 1.0);
             self.settling = true;
             self.shrunk = None;

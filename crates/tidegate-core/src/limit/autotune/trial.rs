@@ -186,7 +186,7 @@ impl Autotune {
     }
 
     /// A level that failed a trial is tried again as one that drew drops is: after
-    /// `RING << retries` windows asking to grow (see [`Autotune::fence_retries`]). Where one
+    /// `RING << retries` windows asking to grow (see [`Autotune::fence`]). Where one
     /// request is a large step of the level below it (10 or less), a retry is dear, and the
     /// first wait is 80 windows (`RING << 3`) if the verdict is past doubt (`beyond_noise`:
     /// the trial bought less than `low_elasticity` of its step by three standard errors, or
@@ -204,27 +204,24 @@ impl Autotune {
     /// back: retrying it costs a window of a small queue, and waiting 80 windows held a
     /// Pareto service at 18 of its 30 workers for 40 s after its capacity came back.
     pub(super) fn remember_level(&mut self, level: f64, beyond_noise: bool) {
-        self.forget_served();
         let first = if one_request_is_judged(level - 1.0) && (beyond_noise || level <= 2.0) {
             FIRST_RETRY_DOUBLINGS
         } else {
             0
         };
-        self.retries = self.fence_retries(level, first);
-        self.drop_level = Some(level);
-        self.clean = 0;
-        self.held = 0;
+        self.fence(level, first);
     }
 
-    /// The retries to count for `level`, just fenced (by drops or a failed trial), and at
-    /// least `first`: one more than before if this failure was a retry of the fence; as
-    /// many as before if `level` is no lower than the last level fenced (what failed there
-    /// fails above it as well); afresh otherwise, since a lower level that fails is news of
-    /// the service, not a retry. A cache in front of a store (bimodal 99/1, 3 workers, a
-    /// step to 3x) backed off for its slow hundredth's drops at 6, then at 5, and each of
-    /// those fences waited the 80 windows a failed trial at 8 had set: the limit held under
-    /// the knee for most of the run.
-    pub(super) fn fence_retries(&mut self, level: f64, first: u32) -> u32 {
+    /// Fences `level`, which drew drops or failed a trial: it is tried again only after
+    /// `RING << retries` windows asking to grow, and the level the service held is
+    /// forgotten. The retries counted are at least `first`: one more than before if this
+    /// failure was a retry of the fence; as many as before if `level` is no lower than the
+    /// last level fenced (what failed there fails above it as well); afresh otherwise, since
+    /// a lower level that fails is news of the service, not a retry. A cache in front of a
+    /// store (bimodal 99/1, 3 workers, a step to 3x) backed off for its slow hundredth's
+    /// drops at 6, then at 5, and each of those fences waited the 80 windows a failed trial
+    /// at 8 had set: the limit held under the knee for most of the run.
+    pub(super) fn fence(&mut self, level: f64, first: u32) {
         let kept = if std::mem::take(&mut self.retried) {
             self.retries + 1
         } else if self.fenced.is_some_and(|fenced| level >= fenced) {
@@ -232,8 +229,12 @@ impl Autotune {
         } else {
             0
         };
+        self.retries = kept.clamp(first, MAX_DOUBLINGS);
         self.fenced = Some(level);
-        kept.clamp(first, MAX_DOUBLINGS)
+        self.drop_level = Some(level);
+        self.clean = 0;
+        self.held = 0;
+        self.forget_served();
     }
 
     pub(super) fn start_trial(&mut self, to: f64) {
