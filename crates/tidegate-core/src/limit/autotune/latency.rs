@@ -81,8 +81,9 @@ impl Autotune {
             // with the file's seed, p99 264 ms against the 250 of its target: the tolerance
             // at 20 is wide enough there.)
             let tol = self.tolerance();
+            let short_after_doubling = self.short_after_doubling(srtt);
             match &mut self.base {
-                Some(base) if !censored => {
+                Some(base) if !censored && !short_after_doubling => {
                     base.observe(srtt, var, tol * base.value / WINDOW_PRECISION);
                 }
                 Some(_) => {}
@@ -239,6 +240,25 @@ impl Autotune {
         } else {
             Move::Hold
         }
+    }
+
+    /// Whether `srtt`, read in slow start, falls under the baseline by more than the
+    /// tolerance: then it does not lower the baseline. Slow start's windows follow its
+    /// doublings, and the slots a doubling filled give back their short requests first and
+    /// their long ones windows later, so a window's answers read short by as much as the
+    /// work's tail is long; a service does not get faster by a tolerance while its load
+    /// doubles. A cache in front of a slow store (90% of answers at 9 ms, 10% at 0.9 s) at
+    /// a knee of 500 read 55 ms at 80 in flight for its 100 ms mean, not by enough for
+    /// Little's law to censor the window (`LITTLE_EXCESS`); anchored there, the window at
+    /// 160 read as a queue, slow start ended, and the limit walked down to 69 for the 500
+    /// workers. A window within the tolerance still lowers it: a first anchoring above the
+    /// mean by its noise (exponential work at a knee of 500, 8% over) is what the later,
+    /// more precise windows correct, and kept, it let the doublings overshoot the knee.
+    fn short_after_doubling(&self, srtt: f64) -> bool {
+        self.slow_start
+            && self
+                .base
+                .is_some_and(|base| srtt * (1.0 + self.tolerance()) < base.value)
     }
 
     /// Whether the window's drops, `fraction` of its samples, exceed the tolerated share,

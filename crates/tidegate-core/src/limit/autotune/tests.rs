@@ -434,6 +434,39 @@ fn slow_start_re_anchors_in_the_hold_band_after_a_doubling_that_paid() {
 }
 
 #[test]
+fn slow_start_lowers_the_baseline_by_no_window_short_past_the_tolerance() {
+    // Slow start has just doubled 40 to 80 over a baseline of 100 ms. The window at 80 reads
+    // 60 ms (a smoothed 80 ms, 20% under: the freshly filled slots' short answers, where the
+    // 16.8% tolerated at 80 is what a service's own noise may move it); then 95 ms (a
+    // smoothed 97.5 ms, within it). Past slow start the same windows are a service that got
+    // faster, and lower it.
+    let ms = Nanos::from_millis;
+    for in_slow_start in [true, false] {
+        let mut a = Autotune::new(&AutotuneConfig {
+            product_floor: false,
+            ..config(80)
+        });
+        a.started = true;
+        a.slow_start = in_slow_start;
+        a.open_window(Time::ZERO);
+        a.srtt = Some(0.1);
+        a.base = Some(Baseline::anchored(0.1, 0.0));
+        let now = window(&mut a, Time::ZERO, 800, ms(60), Outcome::Success);
+        let base = a.base.expect("anchored").value;
+        let kept = if in_slow_start { 0.1 } else { 0.08 };
+        assert!((base - kept).abs() < 1e-9, "{in_slow_start}: {base}");
+        if in_slow_start {
+            // A window within the tolerance of the baseline lowers it, as a precise window
+            // corrects a first anchoring above the mean by its noise.
+            a.srtt = Some(0.1);
+            window(&mut a, now, 800, ms(95), Outcome::Success);
+            let base = a.base.expect("anchored").value;
+            assert!((base - 0.0975).abs() < 1e-9, "{base}");
+        }
+    }
+}
+
+#[test]
 fn a_shrink_whose_rtt_fell_within_the_noise_does_not_reset_the_count_of_futile_ones() {
     // A baseline of 75 ms anchored under the service's own mean of about 100 ms, windows
     // whose smoothed rtt is known to 5 ms, and shrinks that would each give back 7-10 ms if
