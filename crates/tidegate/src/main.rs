@@ -112,13 +112,14 @@ enum Sim {
     ///
     /// Checks the robustness targets of `tidegate default` on every case. The family crosses the work-time distribution, the knee, contention and the service's
     /// queue, the work time, the load shape, the client timeout and the tier mix (544
-    /// cases with two seeds). Prints a table per axis (cell: worst/median goodput in percent)
+    /// cases with two seeds); `--knee` and `--work` build it around a service of your own. Prints a table per axis (cell: worst/median goodput in percent)
     /// and the cases where `tidegate default` misses a target, with why.
     ///
     /// Examples:
     ///   tidegate sim sweep --out docs/experiments/robustness
     ///   tidegate sim sweep --quick
     ///   tidegate sim sweep --case pareto --case "step 10x" --arm "tidegate default" --arm oracle
+    ///   tidegate sim sweep --knee 200 --work 5ms --arm "tidegate default" --arm oracle
     #[command(verbatim_doc_comment)]
     Sweep(sim_sweep::SweepArgs),
     /// Run a fleet scenario: call chains across proxies and instances, clients that retry

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tidegate_sim::sweep::arms::{ARMS, DEFAULT};
-use tidegate_sim::sweep::family::{Family, family};
+use tidegate_sim::sweep::case::work_label;
+use tidegate_sim::sweep::family::{Axes, Family, MAX_CAPACITY_RPS, family_on};
 use tidegate_sim::sweep::render::{self, GOODPUT_SVG, Heat, P99_SVG};
 use tidegate_sim::sweep::run;
 
@@ -23,6 +24,18 @@ pub(crate) struct SweepArgs {
     /// Seeds per shape of the full family (the reduced one runs one).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=100))]
     seeds: u64,
+    /// Cross this knee (workers of the pool) instead of the family's 1, 3, 10, 30, 100 and
+    /// 500; repeat for several. The first is the base case's, the one every other axis
+    /// varies around: `--knee 200 --work 5ms` is the family around a service of 200
+    /// workers answering in 5 ms.
+    #[arg(long = "knee", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    knees: Vec<u32>,
+    /// Cross this mean work time (whole milliseconds, e.g. 5ms, 300ms, 5s) instead of the
+    /// family's 1ms, 20ms, 100ms and 2s; repeat for several. The first is the base case's.
+    /// Shapes that would serve more than 50,000 requests a second (knee / work) are left
+    /// out.
+    #[arg(long = "work", value_name = "DURATION", value_parser = parse_work_ms)]
+    works_ms: Vec<u64>,
     /// Run only this arm (and the oracle's grid for `oracle`); repeat for several.
     #[arg(long = "arm", value_name = "NAME")]
     arms: Vec<String>,
@@ -41,6 +54,23 @@ pub(crate) struct SweepArgs {
     /// Threads for the runs [default: the available cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
+}
+
+/// The longest mean work time a case may have: a case runs 250 of them or more.
+const LONGEST_WORK_MS: u64 = 60_000;
+
+/// A mean work time for `--work`, in whole milliseconds: "5ms", "2s".
+fn parse_work_ms(s: &str) -> Result<u64, String> {
+    let work = crate::parse_positive_duration(s)?;
+    let nanos = work.as_nanos();
+    if !nanos.is_multiple_of(1_000_000) {
+        return Err("a whole number of milliseconds, at least 1ms".to_owned());
+    }
+    let ms = nanos / 1_000_000;
+    if ms > LONGEST_WORK_MS {
+        return Err(format!("at most {}", work_label(LONGEST_WORK_MS)));
+    }
+    Ok(ms)
 }
 
 pub(crate) fn sweep(args: SweepArgs) -> anyhow::Result<()> {
@@ -63,7 +93,22 @@ pub(crate) fn sweep(args: SweepArgs) -> anyhow::Result<()> {
     } else {
         Family::Full
     };
-    let cases: Vec<_> = family(which, args.seeds)
+    let axes = Axes::of(which)
+        .with_knees(&args.knees)
+        .with_works_ms(&args.works_ms);
+    let all = family_on(which, &axes, args.seeds);
+    if all.is_empty() {
+        bail!(
+            "no shape of --knee {:?} --work {:?} serves at most {MAX_CAPACITY_RPS} requests \
+             a second (knee / work): use fewer workers or longer work",
+            axes.knees,
+            axes.works_ms
+                .iter()
+                .map(|&ms| work_label(ms))
+                .collect::<Vec<_>>()
+        );
+    }
+    let cases: Vec<_> = all
         .into_iter()
         .filter(|c| {
             let name = c.name();

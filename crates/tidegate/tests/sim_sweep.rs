@@ -67,3 +67,61 @@ fn an_unknown_arm_or_a_case_nothing_matches_is_an_error_that_says_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no case of the family matches"), "{err}");
 }
+
+#[test]
+fn knees_and_work_times_of_ones_own_build_the_family_around_them() {
+    // A knee of 7 at 50 ms, on no axis of the family's own: the reduced family around it.
+    let out = quick_sweep(&[
+        "--knee",
+        "7",
+        "--work",
+        "50ms",
+        "--case",
+        "step 3x",
+        "--arm",
+        "tidegate default",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let names: Vec<&str> = doc
+        .as_array()
+        .expect("an array of cases")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(!names.is_empty(), "{doc}");
+    for name in &names {
+        assert!(
+            name.contains("knee=7 ") && name.contains("work=50ms "),
+            "{name}"
+        );
+    }
+    // Every distribution of the family, on that service.
+    assert!(
+        names.iter().any(|n| n.starts_with("pareto 1.5 ")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn a_knee_or_work_time_out_of_range_is_an_error_that_says_so() {
+    for (args, says) in [
+        (&["--knee", "0"][..], "--knee"),
+        (&["--work", "1500us"][..], "whole number of milliseconds"),
+        (&["--work", "2min"][..], "at most 60s"),
+        (
+            &["--knee", "5000", "--work", "1ms"][..],
+            "requests a second (knee / work)",
+        ),
+    ] {
+        let out = quick_sweep(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

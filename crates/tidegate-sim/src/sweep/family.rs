@@ -43,16 +43,88 @@ pub enum Family {
 const SERVICE_QUEUES: [(bool, bool); 4] =
     [(false, false), (true, false), (false, true), (true, true)];
 
-/// The cases of `family`, each shape with the seeds 1 to `seeds`, in a fixed order.
+/// The knees and mean work times a family crosses, and the base case's: the one every
+/// other axis varies around. A user's own (`tidegate sim sweep --knee 200 --work 5ms`)
+/// builds the family around their service, on values the default was never tuned on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Axes {
+    /// In increasing order, without repeats.
+    pub knees: Vec<u32>,
+    /// In milliseconds, in increasing order, without repeats.
+    pub works_ms: Vec<u64>,
+    pub base_knee: u32,
+    pub base_work_ms: u64,
+}
+
+impl Axes {
+    /// The family's own: [`KNEES`] and [`WORKS_MS`] around the textbook service (30 workers,
+    /// 100 ms); the reduced family's knees up to 10, around 10 workers.
+    pub fn of(family: Family) -> Axes {
+        match family {
+            Family::Full => Axes {
+                knees: KNEES.to_vec(),
+                works_ms: WORKS_MS.to_vec(),
+                base_knee: 30,
+                base_work_ms: 100,
+            },
+            Family::Reduced => Axes {
+                knees: KNEES.iter().copied().filter(|&k| k <= 10).collect(),
+                works_ms: WORKS_MS.to_vec(),
+                base_knee: 10,
+                base_work_ms: 100,
+            },
+        }
+    }
+
+    /// These axes with the knees `knees` instead, the first of them the base case's (none
+    /// given: unchanged). Zero is no knee and is left out.
+    pub fn with_knees(self, knees: &[u32]) -> Axes {
+        match base_and_axis(knees) {
+            Some((base_knee, knees)) => Axes {
+                knees,
+                base_knee,
+                ..self
+            },
+            None => self,
+        }
+    }
+
+    /// These axes with the mean work times `works_ms` instead, the first of them the base
+    /// case's (none given: unchanged). Zero is no work time and is left out.
+    pub fn with_works_ms(self, works_ms: &[u64]) -> Axes {
+        match base_and_axis(works_ms) {
+            Some((base_work_ms, works_ms)) => Axes {
+                works_ms,
+                base_work_ms,
+                ..self
+            },
+            None => self,
+        }
+    }
+}
+
+/// The first value of `values` above zero, and all of those in increasing order without
+/// repeats; `None` if there is none.
+fn base_and_axis<T: Copy + Ord + Default>(values: &[T]) -> Option<(T, Vec<T>)> {
+    let positive = values.iter().copied().filter(|&v| v > T::default());
+    let base = positive.clone().next()?;
+    Some((
+        base,
+        positive.collect::<BTreeSet<T>>().into_iter().collect(),
+    ))
+}
+
+/// The cases of `family` on its own axes ([`Axes::of`]), each shape with the seeds 1 to
+/// `seeds`, in a fixed order.
 pub fn family(family: Family, seeds: u64) -> Vec<Case> {
-    let base = match family {
-        Family::Full => base(30),
-        Family::Reduced => base(10),
-    };
-    let knees: Vec<u32> = match family {
-        Family::Full => KNEES.to_vec(),
-        Family::Reduced => KNEES.iter().copied().filter(|&k| k <= 10).collect(),
-    };
+    family_on(family, &Axes::of(family), seeds)
+}
+
+/// The cases of `family` on `axes`, each shape with the seeds 1 to `seeds`, in a fixed
+/// order; the shapes whose capacity passes [`MAX_CAPACITY_RPS`] are left out.
+pub fn family_on(family: Family, axes: &Axes, seeds: u64) -> Vec<Case> {
+    let base = base(axes.base_knee, axes.base_work_ms);
+    let knees = &axes.knees;
     let mut shapes: Vec<Case> = Vec::new();
     let mut add = |case: Case| shapes.push(with_feasible_timeout(case));
     match family {
@@ -65,14 +137,14 @@ pub fn family(family: Family, seeds: u64) -> Vec<Case> {
                         ..base.clone()
                     });
                 }
-                for &knee in &knees {
+                for &knee in knees {
                     add(Case {
                         dist,
                         knee,
                         ..base.clone()
                     });
                 }
-                for work_ms in WORKS_MS {
+                for &work_ms in &axes.works_ms {
                     add(Case {
                         dist,
                         work_ms,
@@ -80,7 +152,7 @@ pub fn family(family: Family, seeds: u64) -> Vec<Case> {
                     });
                 }
             }
-            for &knee in &knees {
+            for &knee in knees {
                 for load in LoadShape::ALL {
                     add(Case {
                         knee,
@@ -88,7 +160,7 @@ pub fn family(family: Family, seeds: u64) -> Vec<Case> {
                         ..base.clone()
                     });
                 }
-                for work_ms in WORKS_MS {
+                for &work_ms in &axes.works_ms {
                     add(Case {
                         knee,
                         work_ms,
@@ -118,7 +190,7 @@ pub fn family(family: Family, seeds: u64) -> Vec<Case> {
                         ..base.clone()
                     });
                 }
-                for work_ms in WORKS_MS {
+                for &work_ms in &axes.works_ms {
                     add(Case {
                         load,
                         work_ms,
@@ -158,7 +230,7 @@ pub fn family(family: Family, seeds: u64) -> Vec<Case> {
                     ..base.clone()
                 });
             }
-            for &knee in &knees {
+            for &knee in knees {
                 add(Case {
                     knee,
                     ..base.clone()
@@ -179,7 +251,7 @@ pub fn family(family: Family, seeds: u64) -> Vec<Case> {
                     ..base.clone()
                 });
             }
-            for work_ms in WORKS_MS {
+            for &work_ms in &axes.works_ms {
                 add(Case {
                     work_ms,
                     ..base.clone()
@@ -202,13 +274,13 @@ pub fn family(family: Family, seeds: u64) -> Vec<Case> {
         .collect()
 }
 
-fn base(knee: u32) -> Case {
+fn base(knee: u32, work_ms: u64) -> Case {
     Case {
         dist: Dist::Exponential,
         knee,
         contention: false,
         bounded_queue: false,
-        work_ms: 100,
+        work_ms,
         load: LoadShape::Step3,
         timeout: 10,
         tiers: false,
@@ -293,6 +365,38 @@ mod tests {
                 case.name()
             );
         }
+    }
+
+    #[test]
+    fn a_family_on_ones_own_axes_varies_around_its_first_values() {
+        let own = Axes::of(Family::Full)
+            .with_knees(&[200, 50])
+            .with_works_ms(&[5, 300]);
+        assert_eq!((own.knees.as_slice(), own.base_knee), (&[50, 200][..], 200));
+        assert_eq!(
+            (own.works_ms.as_slice(), own.base_work_ms),
+            (&[5, 300][..], 5)
+        );
+        let cases = family_on(Family::Full, &own, 1);
+        assert!(cases.len() >= 100, "{}", cases.len());
+        assert!(cases.iter().all(|c| own.knees.contains(&c.knee)));
+        assert!(cases.iter().all(|c| own.works_ms.contains(&c.work_ms)));
+        // The distributions and loads vary around the first knee and work time.
+        for dist in Dist::ALL {
+            assert!(
+                cases
+                    .iter()
+                    .any(|c| c.dist == dist && (c.knee, c.work_ms) == (200, 5)),
+                "{dist:?}"
+            );
+        }
+        // Nothing given, nothing changed; nothing under the capacity, no case.
+        let axes = Axes::of(Family::Full).with_knees(&[]).with_works_ms(&[]);
+        assert_eq!(family_on(Family::Full, &axes, 2), family(Family::Full, 2));
+        let too_fast = Axes::of(Family::Full)
+            .with_knees(&[5_000])
+            .with_works_ms(&[1]);
+        assert!(family_on(Family::Full, &too_fast, 1).is_empty());
     }
 
     #[test]
