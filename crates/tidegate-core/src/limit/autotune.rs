@@ -13,8 +13,9 @@
 //! the close of a window that runs the rest, each part in a file of its own: `window` (when a
 //! window is measured well enough to be judged), `baseline` (the no-queue rtt and when the
 //! service was seen not saturated), `trial` (large steps judged by the throughput they
-//! bought), `served` (regaining a level the service held before it got slower) and
-//! `covariance` (Cinnamon's arbitration, its resets and re-anchorings).
+//! bought), `served` (regaining a level the service held before it got slower),
+//! `covariance` (Cinnamon's arbitration, its resets and re-anchorings) and `rounds` (slow
+//! start's doubling once a round, between windows).
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,7 @@ mod baseline;
 mod covariance;
 mod floor;
 mod latency;
+mod rounds;
 mod served;
 mod trial;
 mod window;
@@ -34,6 +36,7 @@ use baseline::{Baseline, Light};
 use covariance::{RING, ResetCheck, RingWindow};
 use floor::ProductFloor;
 use latency::Shrink;
+use rounds::{LITTLE_DOUBLING, RoundEnd, Rounds};
 use trial::{MAX_DOUBLINGS, Span, Trial, one_request_is_judged};
 use window::{FIRST_WINDOW_RTTS, LITTLE_EXCESS, WINDOW_RTTS};
 
@@ -153,7 +156,9 @@ enum Move {
 ///   `max(1, log10(limit))`, or by the headroom `limit x (tol / 2 - ratio)` (FAST TCP's
 ///   update, capped under a trial's step) once a covariance check saw throughput follow
 ///   inflight; double instead during slow start (from the first window until the first that
-///   does not grow, and only while the largest inflight reached the limit); except back to
+///   does not grow, but for one that holds because the rounds doubled the limit past the
+///   demand, and only while the largest inflight reached the limit), and between windows
+///   once a round while the round's least answer holds (see `rounds`); except back to
 ///   the limit that last drew drops, which waits
 ///   for 10 such windows, doubled after each retry that drew drops again (up to 160) and
 ///   halved after one that held; the limit grows past a retried level only once it has
@@ -316,6 +321,10 @@ pub struct Autotune {
     /// A window since slow start's limit last moved held rather than grew, and re-anchored
     /// the baseline instead of ending slow start.
     rebased_in_slow_start: bool,
+    /// Slow start's doubling by rounds (see `rounds`).
+    rounds: Rounds,
+    /// The rounds doubled the limit in the window open.
+    doubled_by_round: bool,
     /// The last covariance check that could tell saw throughput follow inflight (elasticity
     /// above `high_elasticity`), and none since below `low_elasticity`.
     elastic: bool,
@@ -391,6 +400,8 @@ impl Autotune {
             slow_start: true,
             before_doubling: None,
             rebased_in_slow_start: false,
+            rounds: Rounds::default(),
+            doubled_by_round: false,
             elastic: false,
             window: WindowCounts::default(),
             success_rtt: Nanos::ZERO,
@@ -440,7 +451,36 @@ impl Autotune {
         })
     }
 
+    /// Feeds slow start's rounds an answer in time, and doubles the limit if it ends a
+    /// round that asks for it: one whose least answer did not rise, the limit full in it,
+    /// the window's mean rtt so far within half the tolerance of the baseline (the latency
+    /// rule's growth band: a queue the least answer missed, as contention's, stops it), and
+    /// its requests in flight within [`LITTLE_DOUBLING`] of what Little's law gives for its
+    /// answers.
+    fn double_by_round(&mut self, sample: &Sample) {
+        let in_force = self.limit.round();
+        let mean = self.success_rtt.as_secs_f64() / f64::from(self.window.successes);
+        let tol = self.tolerance();
+        let (base, window, now) = (self.base, &self.window, sample.now);
+        let may_double = || {
+            let elapsed = now.saturating_since(window.start).as_secs_f64();
+            let rate = f64::from(window.samples) / elapsed.max(f64::MIN_POSITIVE);
+            base.is_some_and(|base| mean <= base.value * (1.0 + tol / 2.0))
+                && (window.mean_inflight() - 1.0).max(0.0) <= LITTLE_DOUBLING * rate * mean
+        };
+        let full = f64::from(sample.inflight) >= in_force;
+        if self
+            .rounds
+            .on_answer(now, sample.rtt, full, mean, may_double)
+            == RoundEnd::Double
+        {
+            self.limit = (self.limit * 2.0).min(self.max);
+            self.doubled_by_round = true;
+        }
+    }
+
     fn open_window(&mut self, now: Time) {
+        self.doubled_by_round = false;
         self.window = WindowCounts::open(now);
         self.success_rtt = Nanos::ZERO;
         self.success_rtt_sq = 0.0;
@@ -512,7 +552,14 @@ impl Autotune {
             let held = moved != Move::Shrink && judged.is_none();
             self.watch_served(rtt, held, in_force, tol, inflight);
             self.watch_demand(throughput, bound);
-            if moved != Move::Grow && self.base.is_some() {
+            // A window that holds only because the demand left the limit unfilled (the
+            // rounds doubled it past a demand under the knee, which a step then fills) says
+            // nothing of the knee, and does not end slow start.
+            let unfilled = self.doubled_by_round
+                && moved == Move::Hold
+                && judged.is_none()
+                && f64::from(self.window.inflight_max) * 2.0 < self.limit.round();
+            if moved != Move::Grow && self.base.is_some() && !unfilled {
                 // The first window judged that does not grow ends slow start for good; but
                 // one that only holds after a doubling that paid read the service's own
                 // mean against a baseline anchored under it: it re-anchors the baseline
@@ -647,6 +694,13 @@ impl Limit for Autotune {
             self.success_rtt += sample.rtt;
             let rtt = sample.rtt.as_secs_f64();
             self.success_rtt_sq += rtt * rtt;
+        }
+        if self.slow_start
+            && !self.rounds.ended()
+            && self.window.successes > 0
+            && sample.in_time(self.config.timeout)
+        {
+            self.double_by_round(sample);
         }
         // Multiplied out: `elapsed >= WINDOW_RTTS x mean rtt`, without a division per sample.
         let elapsed = sample.now.saturating_since(self.window.start);

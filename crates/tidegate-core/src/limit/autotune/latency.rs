@@ -197,6 +197,11 @@ impl Autotune {
             // window. A doubling past the knee is shrunk back by the latency it adds.
             let slow_start =
                 self.slow_start && f64::from(self.window.inflight_max) >= self.limit.round();
+            if slow_start && self.doubled_by_round {
+                // Slow start's rounds doubled the limit within the window (see `rounds`),
+                // and the window, judged, leaves them to go on.
+                return Move::Grow;
+            }
             let grown = if slow_start {
                 self.limit * 2.0
             } else {

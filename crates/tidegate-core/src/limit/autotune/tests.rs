@@ -389,6 +389,73 @@ fn slow_start_doubles_while_the_limit_binds_and_ends_where_latency_rises() {
     assert!((20.0..27.0).contains(&mean), "{mean}");
 }
 
+/// In slow start at `limit`, its first window open at zero, the smoothed rtt and the
+/// baseline at `base` seconds; without the product floor, which would lift a bound limit to
+/// the requests its answers keep in flight.
+fn anchored_in_slow_start(limit: u32, base: f64) -> Autotune {
+    let mut a = Autotune::new(&AutotuneConfig {
+        product_floor: false,
+        ..config(limit)
+    });
+    a.started = true;
+    a.open_window(Time::ZERO);
+    a.srtt = Some(base);
+    a.base = Some(Baseline::anchored(base, 0.0));
+    a
+}
+
+#[test]
+fn slow_start_doubles_once_a_round_until_the_least_answer_rises() {
+    // 200 workers at 5 ms, saturated from the start: a window lasts 100 answers' rtt
+    // (500 ms), and doubling once a window from 20 reached 80 after a second. Once a round
+    // (about one rtt) from the first window's baseline, the limit is at the knee within a
+    // tenth of a second more; past it every answer slows, the least too, and the doubling
+    // by rounds ends.
+    let fast = Service {
+        base: Nanos::from_millis(5),
+        optimal: 200,
+        ..Service::kanaloa()
+    };
+    let mut a = Autotune::new(&config(20));
+    let trace = run(&mut a, &fast, Load::Saturating, secs(10));
+    let early = trace.limit_at(Nanos::from_millis(900));
+    assert!(early >= 160, "{early}");
+    assert!(a.rounds.ended());
+    let mean = trace.mean_limit(secs(2), secs(10));
+    assert!((180.0..260.0).contains(&mean), "{mean}");
+}
+
+#[test]
+fn a_window_the_rounds_doubled_past_the_demand_does_not_end_slow_start() {
+    // Slow start at 80 over a baseline of 100 ms; a window of answers at the baseline with
+    // 30 in flight (300 a second, as Little's law gives): the limit is not in use (30 is
+    // under half of it), so the window holds. Where slow start's rounds doubled the limit
+    // within the window, past a demand under the knee, that says nothing of the knee and
+    // slow start goes on; otherwise, and where the window held on latency (a smoothed
+    // 112 ms, past half the tolerance), it ends.
+    for (rtt_ms, inflight, by_round, ends) in [
+        (100u64, 30u32, true, false),
+        (100, 30, false, true),
+        (124, 79, true, true),
+    ] {
+        let case = format!("{rtt_ms} ms at {inflight}, doubled by a round: {by_round}");
+        let mut a = anchored_in_slow_start(80, 0.1);
+        a.doubled_by_round = by_round;
+        // One window, 500 ms of answers.
+        let n = 500 * u64::from(inflight) / rtt_ms;
+        for i in 1..=n {
+            a.on_sample(&Sample {
+                now: Time::ZERO + Nanos::from_millis(500 * i / n),
+                rtt: Nanos::from_millis(rtt_ms),
+                inflight,
+                outcome: Outcome::Success,
+            });
+        }
+        assert_eq!(a.limit(), 80, "{case}");
+        assert_eq!(a.slow_start, !ends, "{case}");
+    }
+}
+
 #[test]
 fn slow_start_re_anchors_in_the_hold_band_after_a_doubling_that_paid() {
     // Slow start has just doubled 20 to 40 on a window of 2,000 answers at 10 ms, the
@@ -396,16 +463,7 @@ fn slow_start_re_anchors_in_the_hold_band_after_a_doubling_that_paid() {
     // the 23.7% tolerated at 40 (the hold band).
     let ms = Nanos::from_millis;
     for (answers, paid) in [(4_000, true), (2_000, false)] {
-        // Without the product floor, which would lift a limit bound at 8,000 answers a
-        // second of 10 ms to the 80 they keep in flight.
-        let mut a = Autotune::new(&AutotuneConfig {
-            product_floor: false,
-            ..config(40)
-        });
-        a.started = true;
-        a.open_window(Time::ZERO);
-        a.srtt = Some(0.01);
-        a.base = Some(Baseline::anchored(0.01, 0.0));
+        let mut a = anchored_in_slow_start(40, 0.01);
         a.before_doubling = Some(Span {
             windows: 1,
             seconds: 0.5,
@@ -442,15 +500,8 @@ fn slow_start_lowers_the_baseline_by_no_window_short_past_the_tolerance() {
     // faster, and lower it.
     let ms = Nanos::from_millis;
     for in_slow_start in [true, false] {
-        let mut a = Autotune::new(&AutotuneConfig {
-            product_floor: false,
-            ..config(80)
-        });
-        a.started = true;
+        let mut a = anchored_in_slow_start(80, 0.1);
         a.slow_start = in_slow_start;
-        a.open_window(Time::ZERO);
-        a.srtt = Some(0.1);
-        a.base = Some(Baseline::anchored(0.1, 0.0));
         let now = window(&mut a, Time::ZERO, 800, ms(60), Outcome::Success);
         let base = a.base.expect("anchored").value;
         let kept = if in_slow_start { 0.1 } else { 0.08 };
