@@ -431,7 +431,7 @@ impl Autotune {
 
     /// Latency increase tolerated at the current limit, as a fraction of the baseline.
     fn tolerance(&self) -> f64 {
-        self.config.tolerance.max(0.0) / self.limit.sqrt()
+        tolerance_at(self.config.tolerance, self.limit)
     }
 
     /// Whether slow start's last doubling bought throughput in proportion to the requests
@@ -460,11 +460,13 @@ impl Autotune {
     fn double_by_round(&mut self, sample: &Sample) {
         let in_force = self.limit.round();
         let mean = self.success_rtt.as_secs_f64() / f64::from(self.window.successes);
-        let tol = self.tolerance();
         let (base, window, now) = (self.base, &self.window, sample.now);
+        let (tolerance, limit) = (self.config.tolerance, self.limit);
+        // Asked only at a round's end: the tolerance's square root is not paid per answer.
         let may_double = || {
             let elapsed = now.saturating_since(window.start).as_secs_f64();
             let rate = f64::from(window.samples) / elapsed.max(f64::MIN_POSITIVE);
+            let tol = tolerance_at(tolerance, limit);
             base.is_some_and(|base| mean <= base.value * (1.0 + tol / 2.0))
                 && (window.mean_inflight() - 1.0).max(0.0) <= LITTLE_DOUBLING * rate * mean
         };
@@ -668,6 +670,12 @@ impl Autotune {
         }
         self.open_window(now);
     }
+}
+
+/// The latency increase tolerated at `limit`, as a fraction of the baseline, for a
+/// configured `tolerance`: `tolerance / sqrt(limit)`.
+fn tolerance_at(tolerance: f64, limit: f64) -> f64 {
+    tolerance.max(0.0) / limit.sqrt()
 }
 
 impl Limit for Autotune {

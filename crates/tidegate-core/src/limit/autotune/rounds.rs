@@ -18,7 +18,8 @@
 use crate::time::{Nanos, Time};
 
 /// Answers whose least rtt is a round's signal; a round with fewer neither doubles nor
-/// judges (at limits under 32, the windows' slow start is as fast).
+/// judges. A round holds about one answer per request of the limit, so under a limit of
+/// about 32 slow start doubles by its windows alone.
 pub(super) const ROUND_ANSWERS: u32 = 32;
 
 /// The rise of a round's least answer over the last round's, as a fraction of the mean rtt,
