@@ -371,7 +371,9 @@ pub fn page(results: &[CaseResult], command: &str) -> String {
          found in hindsight on a grid (limit 0.5, 1, 1.5, 2 x the knee; queue off, one work \
          time, a third of the client's timeout, the timeout). The family, its load shapes, \
          the arms and the targets are described in the module docs of \
-         `crates/tidegate-sim/src/sweep/` (`family.rs`, `case.rs`, `arms.rs`, `targets.rs`).\n",
+         `crates/tidegate-sim/src/sweep/` (`family.rs`, `case.rs`, `arms.rs`, `targets.rs`). \
+         For a service of your own shape, `--knee` and `--work` build the same family around \
+         your knee and mean work time (`tidegate sim sweep --knee 200 --work 5ms`).\n",
         results.len()
     );
     let _ = writeln!(
