@@ -698,16 +698,13 @@ impl Limit for Autotune {
             self.first_window = true;
             self.open_window(sample.now);
         }
-        if self.window.count(sample, self.config.timeout) {
+        let in_time = self.window.count(sample, self.config.timeout);
+        if in_time {
             self.success_rtt += sample.rtt;
             let rtt = sample.rtt.as_secs_f64();
             self.success_rtt_sq += rtt * rtt;
         }
-        if self.slow_start
-            && !self.rounds.ended()
-            && self.window.successes > 0
-            && sample.in_time(self.config.timeout)
-        {
+        if in_time && self.slow_start && !self.rounds.ended() {
             self.double_by_round(sample);
         }
         // Multiplied out: `elapsed >= WINDOW_RTTS x mean rtt`, without a division per sample.
