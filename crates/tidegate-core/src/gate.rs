@@ -29,10 +29,12 @@ use crate::regulator::{PeersHeard, QueueStats, Regulator, RegulatorState, Verdic
 use crate::time::{Nanos, Time};
 
 mod demand;
+mod idle;
 mod latency;
 mod patience;
 
 use demand::Demand;
+use idle::SlotIdle;
 use latency::{OwnDelay, ServiceLatency};
 use patience::Patience;
 
@@ -60,7 +62,9 @@ pub struct QueueConfig {
     /// tail. One fastest answer, not two: a request that waited two service times in front
     /// of a service of a few workers took three in all, past the tail an operator's fixed
     /// queue of one work time gives (see `docs/algorithms.md`, "The default, and why"). A
-    /// wait under [`WAIT_BOUND_FLOOR`] (1 ms) is always allowed. Below capacity (no more
+    /// wait under [`WAIT_BOUND_FLOOR`] (1 ms) is always allowed, and so are the first
+    /// [`IDLE_WAITERS`] where the slots, once freed, would idle for want of a request (see
+    /// there). Below capacity (no more
     /// arriving than gets into the service, see `gate/demand.rs`), a wait is measured
     /// against the service's mean answer instead: a queue of chance peaks drains again, and
     /// bounding it by the fastest answer shed them (the Poisson peaks over the limit at
@@ -92,6 +96,37 @@ pub struct QueueConfig {
 /// microseconds, wrk with 50 connections, the proxy the bottleneck) turned away 57% of the
 /// requests while the origin had capacity to spare.
 pub const WAIT_BOUND_FLOOR: Nanos = Nanos::from_millis(1);
+
+/// How many arrivals that find the service full wait whatever [`QueueConfig::wait_bound`]
+/// says, while a slot that frees waits for its next request longer than
+/// [`IDLE_PAST_FASTEST`] fastest answers and [`IDLE_SHARE`] of its time (`gate/idle.rs`).
+///
+/// The bound turns away a wait longer than the fastest answer; in front of a few workers
+/// whose fastest answer is far under their mean (exponential work's is near zero), it turns
+/// away every arrival that finds them full, and a worker that frees then idles until the
+/// next one: one worker offered three times what it serves idles a quarter of its time,
+/// and Autotune's limit stood in with the service's own queue, which its latency rule
+/// reads as a queue and takes back. Queued, the arrivals keep the worker busy: with one
+/// waiting it idles 7.7% of its time, with two 2.5% (an M/M/1 queue of that room at three
+/// times its load), under the 3% a 97% goodput leaves. Each waits the rest of a service
+/// time or two, as an operator's queue of one work time lets it.
+pub const IDLE_WAITERS: usize = 2;
+
+/// How many fastest answers a freed slot must wait for its next request before
+/// [`IDLE_WAITERS`] arrivals wait whatever the bound: more than the bound's own unit, so
+/// that a service whose freed slots are taken within about a fastest answer keeps the
+/// tail the bound gives it. RSocket's servers (`scenarios/rsocket-leases.toml`, 2 ms at
+/// their fastest, one request each) are sent each arrival by a balancer that picks the
+/// freest, and wait for their next request about a fastest answer, a little more or less;
+/// queueing there takes a tail judged at 20 ms past it (`docs/algorithms.md`).
+pub const IDLE_PAST_FASTEST: f64 = 2.0;
+
+/// The least share of a slot's time, idle between its requests, for which
+/// [`IDLE_WAITERS`] arrivals wait whatever the bound: a pool of tens of workers offered
+/// more than it serves idles a percent or so (the next arrival comes a few milliseconds
+/// after a slot frees, against 100 ms of work), within what the goodput it keeps allows,
+/// and a queue there only adds waits.
+pub const IDLE_SHARE: f64 = 0.02;
 
 /// An arrival of a tier less important than this one within this time makes the tier
 /// exempt from [`QueueConfig::wait_bound`]: the bound sheds the least important tier in
@@ -393,6 +428,8 @@ pub struct Gate {
     patience: Patience,
     /// Whether more arrives than gets in, for [`QueueConfig::wait_bound`].
     demand: Demand,
+    /// How long a freed slot waits for its next request, for [`IDLE_WAITERS`].
+    idle: SlotIdle,
 }
 
 impl Gate {
@@ -418,6 +455,7 @@ impl Gate {
             tier_seen: [None; TIERS as usize],
             patience: Patience::default(),
             demand: Demand::default(),
+            idle: SlotIdle::default(),
         }
     }
 
@@ -436,6 +474,7 @@ impl Gate {
     ) -> Arrival {
         self.counters.tier(priority).arrived += 1;
         self.demand.arrived();
+        self.idle.arrived(now);
         self.tier_seen[usize::from(priority.tier())] = Some(now);
         self.end_lapsed_lease(now);
         self.end_lapsed_peers(now);
@@ -452,7 +491,7 @@ impl Gate {
             return Arrival::Admitted(self.admit(now, priority));
         }
         let full = self.queue.len() >= self.config.capacity;
-        if full || self.wait_too_long() {
+        if full || (self.wait_too_long() && !self.slots_would_idle()) {
             let displaces = self
                 .queue
                 .least_important()
@@ -491,6 +530,7 @@ impl Gate {
         self.stats.completed += 1;
         self.learn(now, &permit, outcome);
         self.fill(now);
+        self.note_freed(now);
     }
 
     /// Counts a finished request's outcome and feeds the limit with it.
@@ -535,6 +575,9 @@ impl Gate {
             return 0;
         }
         let free = self.effective_limit.saturating_sub(self.inflight);
+        if free > 0 {
+            self.idle.unseen();
+        }
         self.inflight += free;
         self.lent += free;
         free
@@ -615,6 +658,7 @@ impl Gate {
         self.stats.completed += 1;
         self.counters.tier(permit.priority).cancelled_inflight += 1;
         self.fill(now);
+        self.note_freed(now);
     }
 
     /// The caller of a request in the service went away after waiting `waited` since the
@@ -813,6 +857,30 @@ impl Gate {
                 wait > (bound * reference).max(WAIT_BOUND_FLOOR.as_secs_f64())
             }
             _ => false,
+        }
+    }
+
+    /// Whether the slots, freed, would wait for their next request long enough that an
+    /// arrival the wait bound turns away is queued anyway (see [`IDLE_WAITERS`]).
+    fn slots_would_idle(&self) -> bool {
+        if self.queue.len() >= IDLE_WAITERS {
+            return false;
+        }
+        let (Some(idle), Some(mean), Some(fastest)) = (
+            self.idle.mean(),
+            self.latency.mean(),
+            self.latency.fastest(),
+        ) else {
+            return false;
+        };
+        idle > (IDLE_PAST_FASTEST * fastest.as_secs_f64()).max(WAIT_BOUND_FLOOR.as_secs_f64())
+            && idle > IDLE_SHARE * (idle + mean)
+    }
+
+    /// A request's end may have left a slot free with nobody queued for it.
+    fn note_freed(&mut self, now: Time) {
+        if self.queue.is_empty() && self.inflight < self.effective_limit {
+            self.idle.freed(now);
         }
     }
 

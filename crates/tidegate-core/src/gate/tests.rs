@@ -476,6 +476,78 @@ fn a_queue_waits_at_most_one_fastest_answer() {
     one_runs_one_waits_the_next_is_turned_away(&mut gate, now);
 }
 
+/// As [`overload`], with each batch arriving `gap_us` after the one before ended (the first
+/// batch answered in `fastest_us`, the rest in `mean_us`): the freed slots wait `gap_us` for
+/// their next requests.
+fn overload_after_gaps(
+    gate: &mut Gate,
+    width: u32,
+    fastest_us: u64,
+    mean_us: u64,
+    gap_us: u64,
+) -> Time {
+    let mut now = Time::ZERO;
+    for batch in 0..100 {
+        let took = if batch == 0 { fastest_us } else { mean_us };
+        let permits: Vec<Permit> = (0..width)
+            .map(|_| admitted(gate.arrive(now, p(1, 0))))
+            .collect();
+        for _ in 0..2 * width {
+            if let Arrival::Queued(ticket) = gate.arrive(now, p(1, 0)) {
+                gate.cancel(now, ticket);
+            }
+        }
+        now += Nanos::from_micros(took);
+        for permit in permits {
+            gate.complete(now, permit, Outcome::Success);
+        }
+        now += Nanos::from_micros(gap_us);
+    }
+    now
+}
+
+#[test]
+fn arrivals_wait_whatever_the_bound_while_freed_slots_would_idle() {
+    // One worker, 2 ms at its fastest and 100 ms on average, offered three times what it
+    // serves, each request arriving 30 ms after the one before ended: turned away by the
+    // bound, the arrivals that find it full leave it idle a quarter of its time. The first
+    // two wait; the third is turned away.
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let now = overload_after_gaps(&mut gate, 1, 2_000, 100_000, 30_000);
+    let _running = admitted(gate.arrive(now, p(1, 0)));
+    let _first = queued(gate.arrive(now, p(1, 0)));
+    let _second = queued(gate.arrive(now, p(1, 0)));
+    assert_eq!(
+        gate.arrive(now, p(1, 0)),
+        Arrival::Rejected(RejectReason::QueueFull)
+    );
+    reconciles(&gate);
+}
+
+#[test]
+fn freed_slots_taken_within_two_fastest_answers_or_a_small_share_keep_the_bound() {
+    // RSocket's servers: 2 ms at their fastest, the next request 3 ms after a slot frees.
+    let mut gate = fixed_gate(1, QueueConfig::default());
+    let now = overload_after_gaps(&mut gate, 1, 2_000, 9_000, 3_000);
+    let _running = admitted(gate.arrive(now, p(1, 0)));
+    assert_eq!(
+        gate.arrive(now, p(1, 0)),
+        Arrival::Rejected(RejectReason::QueueFull)
+    );
+    // 30 workers at 100 ms, whose fastest answer is 0.1 ms, the next requests 1 ms after
+    // they free: idle 1% of their time.
+    let mut gate = fixed_gate(30, QueueConfig::default());
+    let now = overload_after_gaps(&mut gate, 30, 100, 100_000, 1_000);
+    let _running: Vec<Permit> = (0..30)
+        .map(|_| admitted(gate.arrive(now, p(1, 0))))
+        .collect();
+    assert_eq!(
+        gate.arrive(now, p(1, 0)),
+        Arrival::Rejected(RejectReason::QueueFull)
+    );
+    reconciles(&gate);
+}
+
 #[test]
 fn the_wait_bound_sheds_the_least_important_tier_arriving() {
     // RSocket's server again, full, with tiers 1 and 2 arriving: tier 2 is turned away by

@@ -269,13 +269,20 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
     // answers in now (`ServiceLatency::expected_answer`) traded goodput 6 -> 7 (exponential
     // work at a knee of 1 stepped to 3x, seed 1, 98.1% -> 91.9%; over 24 seeds that shape
     // 92.0% -> 91.4%, within its seeds' noise, and the family's mean 97.06% -> 97.09%).
+    // Two arrivals waiting while freed slots idle (`gate/idle.rs`) traded goodput 7 -> 6
+    // and settling 7 -> 8 (exponential work at a knee of 3 stepped to 3x, settled after 976
+    // W -> never: its limit moves between 4 and 5 for the 3 workers, and two wait in front
+    // of the service's own queue, since a slot freed above the knee idles while its worker
+    // does not; over
+    // 24 seeds the family's settling misses 1,862 -> 1,820 case-seeds, goodput 1,971 ->
+    // 1,756).
     let bounds = [
-        (Target::Goodput, 7),
+        (Target::Goodput, 6),
         (Target::Shed, 0),
         (Target::P99Oracle, 6),
         (Target::P99Timeout, 2),
         (Target::Tiers, 0),
-        (Target::Settle, 7),
+        (Target::Settle, 8),
     ];
     let report = render::misses(&results, DEFAULT, usize::MAX);
     for (target, bound) in bounds {
