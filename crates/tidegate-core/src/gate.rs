@@ -99,7 +99,8 @@ pub const WAIT_BOUND_FLOOR: Nanos = Nanos::from_millis(1);
 
 /// How many arrivals that find the service full wait whatever [`QueueConfig::wait_bound`]
 /// says, while a slot that frees waits for its next request longer than
-/// [`IDLE_PAST_FASTEST`] fastest answers and [`IDLE_SHARE`] of its time (`gate/idle.rs`).
+/// [`IDLE_PAST_FASTEST`] fastest answers, [`WAIT_BOUND_FLOOR`] and [`IDLE_SHARE`] of its
+/// time (`gate/idle.rs`).
 ///
 /// The bound turns away a wait longer than the fastest answer; in front of a few workers
 /// whose fastest answer is far under their mean (exponential work's is near zero), it turns
@@ -109,7 +110,11 @@ pub const WAIT_BOUND_FLOOR: Nanos = Nanos::from_millis(1);
 /// reads as a queue and takes back. Queued, the arrivals keep the worker busy: with one
 /// waiting it idles 7.7% of its time, with two 2.5% (an M/M/1 queue of that room at three
 /// times its load), under the 3% a 97% goodput leaves. Each waits the rest of a service
-/// time or two, as an operator's queue of one work time lets it.
+/// time or two, as an operator's queue of one work time lets it. The gate sees slots, not
+/// workers: a slot freed while the limit stands past the knee idles while the service's
+/// own queue keeps its worker busy, and the waiters then only add their wait (under the
+/// floor, a slot's wait is the scale of the scheduler's jitter, and 1 ms of work at a knee
+/// of 1, the limit still coming down from its start, is that case).
 pub const IDLE_WAITERS: usize = 2;
 
 /// How many fastest answers a freed slot must wait for its next request before
