@@ -372,21 +372,36 @@ fn snapshot_reports_state() {
 /// ended. Each batch is offered `1 + excess` times what it serves: the requests over the
 /// limit are queued or turned away, and the callers of the queued ones leave at once.
 fn serve(gate: &mut Gate, width: u32, n: u64, fastest: u64, mean: u64, excess: u32) -> u64 {
-    let mut now = 0;
+    let end = serve_micros(gate, width, n, [fastest * 1000, mean * 1000], excess, 0);
+    end.as_nanos() / 1_000_000
+}
+
+/// As [`serve`], in microseconds (`took`: the first batch's, then the others'), each batch
+/// arriving `gap` after the one before ended: the freed slots wait `gap` for their next
+/// requests.
+fn serve_micros(
+    gate: &mut Gate,
+    width: u32,
+    n: u64,
+    took: [u64; 2],
+    excess: u32,
+    gap: u64,
+) -> Time {
+    let mut now = Time::ZERO;
     for batch in 0..n {
-        let took = if batch == 0 { fastest } else { mean };
         let permits: Vec<Permit> = (0..width)
-            .map(|_| admitted(gate.arrive(t(now), p(1, 0))))
+            .map(|_| admitted(gate.arrive(now, p(1, 0))))
             .collect();
         for _ in 0..excess * width {
-            if let Arrival::Queued(ticket) = gate.arrive(t(now), p(1, 0)) {
-                gate.cancel(t(now), ticket);
+            if let Arrival::Queued(ticket) = gate.arrive(now, p(1, 0)) {
+                gate.cancel(now, ticket);
             }
         }
-        now += took;
+        now += Nanos::from_micros(took[usize::from(batch > 0)]);
         for permit in permits {
-            gate.complete(t(now), permit, Outcome::Success);
+            gate.complete(now, permit, Outcome::Success);
         }
+        now += Nanos::from_micros(gap);
     }
     now
 }
@@ -476,34 +491,9 @@ fn a_queue_waits_at_most_one_fastest_answer() {
     one_runs_one_waits_the_next_is_turned_away(&mut gate, now);
 }
 
-/// As [`overload`], with each batch arriving `gap_us` after the one before ended (the first
-/// batch answered in `fastest_us`, the rest in `mean_us`): the freed slots wait `gap_us` for
-/// their next requests.
-fn overload_after_gaps(
-    gate: &mut Gate,
-    width: u32,
-    fastest_us: u64,
-    mean_us: u64,
-    gap_us: u64,
-) -> Time {
-    let mut now = Time::ZERO;
-    for batch in 0..100 {
-        let took = if batch == 0 { fastest_us } else { mean_us };
-        let permits: Vec<Permit> = (0..width)
-            .map(|_| admitted(gate.arrive(now, p(1, 0))))
-            .collect();
-        for _ in 0..2 * width {
-            if let Arrival::Queued(ticket) = gate.arrive(now, p(1, 0)) {
-                gate.cancel(now, ticket);
-            }
-        }
-        now += Nanos::from_micros(took);
-        for permit in permits {
-            gate.complete(now, permit, Outcome::Success);
-        }
-        now += Nanos::from_micros(gap_us);
-    }
-    now
+/// [`serve_micros`] at three times what the service serves, 100 batches.
+fn overload_after_gaps(gate: &mut Gate, width: u32, fastest: u64, mean: u64, gap: u64) -> Time {
+    serve_micros(gate, width, 100, [fastest, mean], 2, gap)
 }
 
 #[test]
