@@ -18,7 +18,7 @@ HEAVY = {"Bimodal90", "Bimodal99", "Pareto15", "Pareto25", "Lognormal10"}
 
 # (name, rule on (case, target)), first match wins.
 GROUPS = [
-    ("two tiers at knees of 1-3: PIE cuts into tier 1",
+    ("two tiers at knees of 1-3: tier 1 waits past its timeout",
      lambda c, t: c["tiers"] and c["knee"] <= 3 and t == "tiers"),
     ("knees of 1-3, work that varies: settling, and what two waiting leave",
      lambda c, t: c["knee"] <= 3 and c["dist"] in VARYING),
