@@ -2,19 +2,21 @@
 already under load, at half its capacity or at three times it (docs/experiments/cold-start.md).
 
     cargo build --release -p tidegate
-    python3 bench/cold_start.py [BINARY] [--seeds N]
+    python3 bench/cold_start.py [BINARY] [--seeds N] [--dir DIR]
 
 The robustness sweep starts every case at half the capacity and steps up after 50 work times,
 so a gate that starts into an overload is not in its family; nor is the shed count at half
 load told apart from the first seconds. This writes the scenario files into a temporary
-directory, runs `BINARY sim run FILE --seed S --arm "tidegate default" --json` on each (the
-pool service of the sweep: exponential or constant work with a jitter of 0.2, an unbounded
-queue, Poisson arrivals, a timeout of 10 work times) and prints two tables:
+directory (or into DIR, kept, to run one longer or with `--out`: `tidegate sim run
+DIR/overload-3-uniform.toml --duration 300s --out o`), runs `BINARY sim run FILE --seed S
+--arm "tidegate default" --json` on each for seeds 1 to N (default 3), and prints two tables
+of means over the seeds. The service is the sweep's pool: exponential, uniform +-20% or
+constant work, an unbounded queue, Poisson arrivals, a timeout of 10 work times.
 
-- at half the capacity from the start: the requests shed over the run (the sweep's target is
-  none) and the steady goodput;
-- at three times the capacity from the start: the steady figures (from 5 s on) against the
-  knee: goodput as a share of the capacity, p99, and the mean limit over the knee.
+- At half the capacity from the start (exponential work): the requests shed over the run,
+  and their share of the offered load (the sweep's target is none).
+- At three times the capacity from the start (100 ms of work), from 5 s on: goodput as a
+  share of the capacity, p99, and the mean limit over the knee.
 """
 
 import json
@@ -67,8 +69,15 @@ def main():
         i = args.index("--seeds")
         seeds = int(args[i + 1])
         del args[i:i + 2]
+    keep = None
+    if "--dir" in args:
+        i = args.index("--dir")
+        keep = args[i + 1]
+        del args[i:i + 2]
+        os.makedirs(keep, exist_ok=True)
     binary = args[0] if args else "target/release/tidegate"
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = keep or scratch
         print(f"At half the capacity from the start, means over seeds 1-{seeds}:\n")
         print("| knee | work | shed over the run | of the offered |")
         print("|---|---|---|---|")
