@@ -44,7 +44,10 @@ use window::{FIRST_WINDOW_RTTS, LITTLE_EXCESS, WINDOW_RTTS};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AutotuneConfig {
-    /// Limit before any measurement, in requests. Default 20.
+    /// Limit before any measurement, in requests. Default 20. It holds until the first
+    /// window anchors the baseline (see [`Autotune`]): above it a service's normal load is
+    /// shed for those first seconds, and below a knee under it a start into an overload
+    /// anchors the baseline on the service's own queue (`docs/experiments/cold-start.md`).
     pub initial: u32,
     /// Smallest limit, in requests (at least 1). Default 1.
     pub min: u32,
