@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+import scenario_args
+
 HALF = [(100, 100), (500, 100), (100, 2000), (500, 2000)]
 OVERLOAD = [(knee, dist) for knee in (3, 10, 30, 100) for dist in ("exponential", "uniform", "constant")]
 
@@ -63,19 +65,7 @@ def run(binary, path, seed):
 
 
 def main():
-    args = sys.argv[1:]
-    seeds = 3
-    if "--seeds" in args:
-        i = args.index("--seeds")
-        seeds = int(args[i + 1])
-        del args[i:i + 2]
-    keep = None
-    if "--dir" in args:
-        i = args.index("--dir")
-        keep = args[i + 1]
-        del args[i:i + 2]
-        os.makedirs(keep, exist_ok=True)
-    binary = args[0] if args else "target/release/tidegate"
+    binary, seeds, keep = scenario_args.parse(sys.argv[1:])
     with tempfile.TemporaryDirectory() as scratch:
         tmp = keep or scratch
         print(f"At half the capacity from the start, means over seeds 1-{seeds}:\n")
