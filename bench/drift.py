@@ -1,24 +1,27 @@
-"""What `tidegate default` does when the service slows down gradually rather than in a step:
-its work time drifts to twice the nominal and back, under an offered load of twice the
-nominal capacity (docs/experiments/drift.md).
+"""What `tidegate default` does when the service's capacity moves gradually rather than in a
+step: its work time drifts to twice the nominal and back, or (`--workers`) half its workers
+leave one by one and come back, under an offered load of twice the nominal capacity
+(docs/experiments/drift.md).
 
     cargo build --release -p tidegate
-    python3 bench/drift.py [BINARY] [--seeds N] [--dir DIR]
+    python3 bench/drift.py [BINARY] [--workers] [--seeds N] [--dir DIR]
 
 The robustness sweep changes the capacity in one step (half the workers leave, then come
 back), which Autotune's futile-shrink rule is built to see; a database that slows as its
 cache cools, or a neighbour that takes more and more of the machine, moves it a little at a
 time. Each shape here is a pool of `knee` workers (the sweep's service: an unbounded queue,
-Poisson arrivals, a timeout of 10 work times) whose work time, in mean work times `W`:
-holds for 200 W, rises to 2x in 24 equal steps over 600 W, holds at 2x for 400 W, falls
-back in 24 steps over 600 W and holds for 200 W; stretched like the sweep's, by `30 / knee`
-at knees under 30. The scenario files go to a temporary directory (or to DIR, kept), each
-runs `BINARY sim run FILE --out DIR/NAME` for seeds 1 to N (default 3) with two arms,
-`tidegate default` and a fixed limit at the knee (what an operator who knew the workers
-would set; the robustness sweep's oracle picks it on most pool shapes), and the script
-prints, per shape and arm, the goodput over each phase (from 50 W after it starts) as a
-share of the capacity of the moment (`knee / work time`), one figure per seed, then the
-mean and the least over every shape, phase and seed.
+Poisson arrivals, a timeout of 10 work times), in mean work times `W`: 200 W as it is,
+600 W slowing to half its capacity in 24 equal steps, 400 W at half, 600 W recovering in 24
+steps, 200 W as it was; stretched like the sweep's, by `30 / knee` at knees under 30. The
+two ways of losing half the capacity ask opposite things of the limit: a slower work time
+leaves the knee where it was (the same concurrency is still right, and the longer rtt is no
+queue), fewer workers halve it (the longer rtt at the same concurrency is a queue). The
+scenario files go to a temporary directory (or to DIR, kept), each runs `BINARY sim run FILE
+--seed S --out DIR/NAME` for seeds 1 to N (default 3) with two arms, `tidegate default` and a
+fixed limit at the nominal knee (what an operator who knew the workers would set), and the
+script prints, per shape and arm, over each phase (from 50 W after it starts) and each seed:
+the goodput as a share of the capacity of the moment, and the mean limit over the knee of
+the moment; then the means and the least goodput over every shape, phase and seed.
 """
 
 import csv
@@ -30,6 +33,7 @@ import tempfile
 import scenario_args
 
 KNEES = (3, 10, 30, 100)
+WORKER_KNEES = (10, 30, 100)
 WORKS_MS = (20, 100)
 DISTS = {
     "exponential": 'spread = "exponential"',
@@ -52,7 +56,7 @@ def phase_bounds():
 
 
 def work_at(t):
-    """The work time's multiple of the nominal at `t` work times."""
+    """The capacity's divisor at `t` work times: 1 as it is, 2 at half."""
     bounds, _ = phase_bounds()
     for name, sign, base in (("slowing", 1, 1.0), ("recovering", -1, 2.0)):
         lo, hi = bounds[name]
@@ -62,7 +66,12 @@ def work_at(t):
     return 2.0 if lo <= t < hi else 1.0
 
 
-def scenario(knee, dist, work_ms):
+def workers_at(knee, slowing):
+    """The workers left when the capacity is divided by `slowing`, at least one."""
+    return max(1, round(knee / slowing))
+
+
+def scenario(knee, dist, work_ms, workers):
     bounds, total = phase_bounds()
     unit = work_ms / 1000.0 * max(1.0, 30.0 / knee)
     lines = [
@@ -84,8 +93,13 @@ def scenario(knee, dist, work_ms):
         lo, hi = bounds[name]
         for i in range(1, STEPS + 1):
             at = (lo + i * (hi - lo) / STEPS) * unit
-            work_us = round(work_ms * 1000 * (base + sign * i / STEPS))
-            lines += ["[[service.changes]]", f'at = "{at:.3f}s"', f'work = "{work_us}us"', ""]
+            slowing = base + sign * i / STEPS
+            change = (
+                f"workers = {workers_at(knee, slowing)}"
+                if workers
+                else f'work = "{round(work_ms * 1000 * slowing)}us"'
+            )
+            lines += ["[[service.changes]]", f'at = "{at:.3f}s"', change, ""]
     lines += [
         "[load]",
         'arrivals = "poisson"',
@@ -103,32 +117,42 @@ def scenario(knee, dist, work_ms):
     return "\n".join(lines), unit
 
 
-def shares(csv_path, knee, work_ms, unit):
-    """Per arm, the goodput share of the capacity of the moment in each judged phase."""
+def phase_figures(csv_path, knee, work_ms, unit, workers):
+    """Per (arm, phase): the goodput share of the capacity of the moment, and the mean limit
+    over the knee of the moment."""
     bounds, _ = phase_bounds()
     sums = {}
     with open(csv_path) as f:
         for row in csv.DictReader(f):
             t = (int(row["second"]) - 0.5) / unit
+            slowing = work_at(t)
+            knee_now = workers_at(knee, slowing) if workers else knee
+            capacity = knee_now / (work_ms / 1000.0 * (1.0 if workers else slowing))
             for name in JUDGED:
                 lo, hi = bounds[name]
                 if lo + SKIP_W <= t < hi:
-                    ok, cap = sums.setdefault((row["arm"], name), [0.0, 0.0])
-                    capacity = knee / (work_ms / 1000.0 * work_at(t))
-                    sums[(row["arm"], name)] = [ok + float(row["ok"]), cap + capacity]
-    return {key: ok / cap for key, (ok, cap) in sums.items() if cap > 0}
+                    acc = sums.setdefault((row["arm"], name), [0.0, 0.0, 0.0, 0])
+                    acc[0] += float(row["ok"])
+                    acc[1] += capacity
+                    acc[2] += float(row["limit"]) / knee_now
+                    acc[3] += 1
+    return {key: (ok / cap, over / n) for key, (ok, cap, over, n) in sums.items() if cap > 0}
 
 
 def main():
-    binary, seeds, keep = scenario_args.parse(sys.argv[1:])
+    args = sys.argv[1:]
+    workers = "--workers" in args
+    if workers:
+        args.remove("--workers")
+    binary, seeds, keep = scenario_args.parse(args)
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         tmp = keep or scratch
-        for knee in KNEES:
+        for knee in WORKER_KNEES if workers else KNEES:
             for dist in DISTS:
                 for work_ms in WORKS_MS:
-                    name = f"drift-{knee}-{dist}-{work_ms}ms"
-                    text, unit = scenario(knee, dist, work_ms)
+                    name = f"{'workers' if workers else 'work'}-{knee}-{dist}-{work_ms}ms"
+                    text, unit = scenario(knee, dist, work_ms, workers)
                     path = os.path.join(tmp, f"{name}.toml")
                     with open(path, "w") as f:
                         f.write(text)
@@ -138,20 +162,28 @@ def main():
                             [binary, "sim", "run", path, "--seed", str(seed), "--out", out],
                             check=True, capture_output=True,
                         )
-                        got = shares(os.path.join(out, f"{name}.csv"), knee, work_ms, unit)
-                        for (arm, phase), share in got.items():
-                            results.setdefault((arm, knee, dist, work_ms), {}).setdefault(phase, []).append(share)
-    print(f"Goodput as a share of the capacity of the moment, seeds 1-{seeds} (from {SKIP_W} W into each phase):")
+                        got = phase_figures(os.path.join(out, f"{name}.csv"), knee, work_ms, unit, workers)
+                        for (arm, phase), figures in got.items():
+                            results.setdefault((arm, knee, dist, work_ms), {}).setdefault(phase, []).append(figures)
+    moving = "half the workers leaving" if workers else "the work time doubling"
+    print(f"{moving.capitalize()} and recovering; per phase (from {SKIP_W} W into it), seeds 1-{seeds}: "
+          "goodput as a share of the capacity of the moment (limit over the knee of the moment)")
     print()
     print("| arm | knee | work | " + " | ".join(JUDGED) + " |")
     print("|---|---|---|" + "---|" * len(JUDGED))
     for (arm, knee, dist, work_ms), phases in sorted(results.items()):
-        cells = [" / ".join(f"{100 * x:.1f}" for x in phases.get(p, [])) for p in JUDGED]
+        cells = [
+            " / ".join(f"{100 * share:.1f} ({over:.2f})" for share, over in phases.get(p, []))
+            for p in JUDGED
+        ]
         print(f"| {arm} | {knee} | {dist} {work_ms} ms | " + " | ".join(cells) + " |")
     print()
     for arm in sorted({key[0] for key in results}):
-        every = [x for key, phases in results.items() if key[0] == arm for p in JUDGED for x in phases.get(p, [])]
-        print(f"{arm}: mean {100 * sum(every) / len(every):.1f}%, least {100 * min(every):.1f}% "
+        every = [f for key, phases in results.items() if key[0] == arm for p in JUDGED for f in phases.get(p, [])]
+        shares = [share for share, _ in every]
+        overs = [over for _, over in every]
+        print(f"{arm}: goodput mean {100 * sum(shares) / len(shares):.1f}%, least {100 * min(shares):.1f}%; "
+              f"limit over the knee mean {sum(overs) / len(overs):.2f}, most {max(overs):.2f}; "
               f"over {len(every)} phase-seeds")
 
 
