@@ -82,8 +82,12 @@ pub struct FeedbackConfig {
     /// At the edge of a call chain: forward every request with the hint it was admitted
     /// under (`under=R` in the priority header, on a field line after the priority's),
     /// unless it came with one, so that no later proxy or outbound layer drops a call of
-    /// its chain on a hint that admits it. Needs `priority.forward`. Default false.
-    pub hold_for_chain: bool,
+    /// its chain on a hint that admits it. Default: on wherever the priority is forwarded
+    /// (`priority.forward` with a `priority.header`), since it costs a chain whose edge
+    /// sheds for itself nothing and spares one whose last hop sheds a third of its wasted
+    /// work (docs/feedback.md); `false` forwards no hint; `true` insists, an error where
+    /// the priority is not forwarded.
+    pub hold_for_chain: Option<bool>,
     /// When the upstream's hint loosens or lapses, the least important rank the proxy sends
     /// rises toward it by at most this many ranks a second; it follows a deeper hint at
     /// once. 0: at once. Default 0.
@@ -93,7 +97,7 @@ pub struct FeedbackConfig {
 impl Default for FeedbackConfig {
     fn default() -> FeedbackConfig {
         FeedbackConfig {
-            hold_for_chain: false,
+            hold_for_chain: None,
             reopen_rate: 0.0,
         }
     }
@@ -430,8 +434,7 @@ impl Config {
                 format!("{rate} is not a number of ranks a second (0 or more)"),
             );
         }
-        let forwarded = self.priority.forward && !self.priority.header.is_empty();
-        if self.feedback.hold_for_chain && !forwarded {
+        if self.feedback.hold_for_chain == Some(true) && !self.forwards_priority() {
             return invalid(
                 "feedback.hold_for_chain",
                 "the hint travels in the priority header: needs priority.forward and priority.header".to_owned(),
@@ -537,6 +540,17 @@ impl Config {
         limit.autotune.timeout = Some(limit.autotune.timeout.map_or(timeout, |t| t.min(timeout)));
         limit.bdp.timeout = Some(limit.bdp.timeout.map_or(timeout, |t| t.min(timeout)));
         gate
+    }
+
+    /// Whether the proxy sends the priority on to its upstreams.
+    fn forwards_priority(&self) -> bool {
+        self.priority.forward && !self.priority.header.is_empty()
+    }
+
+    /// Whether the proxy forwards each request with the chain's hint it was admitted under
+    /// (see [`FeedbackConfig::hold_for_chain`]).
+    pub fn holds_for_chain(&self) -> bool {
+        self.forwards_priority() && self.feedback.hold_for_chain.unwrap_or(true)
     }
 }
 
@@ -651,6 +665,36 @@ mod tests {
         let config = Config::parse(text, "modes").unwrap();
         let modes: Vec<_> = config.upstreams.iter().map(|u| config.mode_of(u)).collect();
         assert_eq!(modes, [Mode::DryRun, Mode::Enforce]);
+    }
+
+    #[test]
+    fn the_chain_hint_is_held_wherever_the_priority_is_forwarded_unless_told_not_to() {
+        let parsed = |text: &str| {
+            Config::parse(
+                &format!("{text}[[upstreams]]\nurl = \"http://127.0.0.1:1\"\n"),
+                "feedback.toml",
+            )
+        };
+        assert!(parsed("").unwrap().holds_for_chain());
+        assert!(
+            !parsed("[feedback]\nhold_for_chain = false\n")
+                .unwrap()
+                .holds_for_chain()
+        );
+        // Not forwarding the priority turns the default off, and is no error.
+        let quiet = parsed("[priority]\nforward = false\n").unwrap();
+        quiet.validate().unwrap();
+        assert!(!quiet.holds_for_chain());
+        // Asked for where it cannot travel: the key named.
+        let err = parsed("[priority]\nforward = false\n[feedback]\nhold_for_chain = true\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            message(&err).contains("feedback.hold_for_chain"),
+            "{}",
+            message(&err)
+        );
     }
 
     #[test]

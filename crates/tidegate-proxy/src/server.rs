@@ -93,7 +93,7 @@ impl Proxy {
                 .flatten(),
             config.client.http2,
         );
-        forwarding.hold_for_chain = config.feedback.hold_for_chain;
+        forwarding.hold_for_chain = config.holds_for_chain();
         let shared = Shared::new(
             upstreams,
             classifier,

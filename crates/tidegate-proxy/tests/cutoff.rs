@@ -95,7 +95,7 @@ fn lines_seen(origin: &Origin) -> Vec<String> {
 async fn the_edge_stamps_the_hint_it_admits_under_and_no_proxy_drops_a_chain_it_admits() {
     let origin = Origin::start("a").await;
     let mut config = config(&[&origin]);
-    config.feedback.hold_for_chain = true;
+    config.feedback.hold_for_chain = Some(true);
     let proxy = TestProxy::start(config).await;
     let client = client();
     // No hint held: admitted under every rank.
@@ -138,7 +138,9 @@ async fn the_edge_stamps_the_hint_it_admits_under_and_no_proxy_drops_a_chain_it_
 #[tokio::test]
 async fn a_proxy_not_at_the_edge_passes_the_hint_on_and_stamps_none() {
     let origin = Origin::start("a").await;
-    let proxy = TestProxy::start(config(&[&origin])).await;
+    let mut config = config(&[&origin]);
+    config.feedback.hold_for_chain = Some(false);
+    let proxy = TestProxy::start(config).await;
     let client = client();
     send(&client, with_lines(proxy.url("/echo"), &["1/0"])).await;
     assert_eq!(lines_seen(&origin), ["1/0"]);
@@ -147,11 +149,30 @@ async fn a_proxy_not_at_the_edge_passes_the_hint_on_and_stamps_none() {
 }
 
 #[tokio::test]
+async fn by_default_the_proxy_stamps_the_hint_where_it_forwards_the_priority() {
+    let origin = Origin::start("a").await;
+    let proxy = TestProxy::start(config(&[&origin])).await;
+    let client = client();
+    send(&client, with_lines(proxy.url("/echo"), &["1/0"])).await;
+    assert_eq!(lines_seen(&origin), ["1/0", "under=767"]);
+    // A hint that came with the request is passed on as it came.
+    send(&client, with_lines(proxy.url("/echo"), &["1/0", "under=5"])).await;
+    assert_eq!(lines_seen(&origin), ["1/0", "under=5"]);
+    // Not forwarding the priority adds no hint either (the client's header goes through as
+    // it came), and is no error.
+    let mut quiet = config(&[&origin]);
+    quiet.priority.forward = false;
+    let proxy = TestProxy::start(quiet).await;
+    send(&client, with_lines(proxy.url("/echo"), &["1/0"])).await;
+    assert_eq!(lines_seen(&origin), ["1/0"]);
+}
+
+#[tokio::test]
 async fn the_edge_reopens_at_its_rate() {
     // 100 ranks a second: from rank 127, the least important rank 767 is 6.4 s away.
     let origin = Origin::start("a").await;
     let mut config = config(&[&origin]);
-    config.feedback.hold_for_chain = true;
+    config.feedback.hold_for_chain = Some(true);
     config.feedback.reopen_rate = 100.0;
     let proxy = TestProxy::start(config).await;
     let client = client();

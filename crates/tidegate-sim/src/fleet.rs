@@ -39,8 +39,8 @@
 //! first rank a request by the priority the first computed; otherwise by the default
 //! priority), `feedback` (the `tidegate-cutoff` header: callers drop what the callee refuses),
 //! `peers` (the `tidegate-peer` header: a hop's proxies hold their limits toward each other's,
-//! the edge's their drop ratios too), `hint_holds_for_chain` (off by default: the hint the
-//! edge admitted a chain under holds for every call of the chain, not the later ones),
+//! the edge's their drop ratios too), `hint_holds_for_chain` (the hint the edge admitted a
+//! chain under holds for every call of the chain, not the later ones),
 //! `hint_reopens` (off by default: the edge's hint loosens by at most so many ranks a
 //! second), `hint_starving` (off by default: a gate's header also holds back the ranks
 //! waiting in its queue that long),
@@ -144,8 +144,10 @@ pub struct FleetArm {
     /// travels with the priority, and no later caller or proxy drops a call of that chain on
     /// a hint that the stamp admits (`Feedback::refuses_in_chain`): the hints hold back new
     /// chains, and the callee's own gate decides about the started ones. The proxy's
-    /// `feedback.hold_for_chain`. Default false.
-    #[serde(default)]
+    /// `feedback.hold_for_chain`. Default true: over seeds 1-24 it left `chain.toml` as it
+    /// was and took `chain-fixed-edge.toml`'s wasted work from 7.4% to 5.0% of the first
+    /// hop's admissions (docs/experiments/README.md, "Fleets and call chains").
+    #[serde(default = "yes")]
     pub hint_holds_for_chain: bool,
     /// With `feedback`: when an edge proxy's hint for the hops behind loosens (a deeper one
     /// lapsed, or a looser one came), the rank it admits up to rises toward it by at most

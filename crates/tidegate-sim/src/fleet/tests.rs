@@ -136,18 +136,18 @@ fn a_chain_admitted_under_a_hint_is_not_dropped_on_a_later_one() {
     // edge's hint carried along the chain, no call of it is dropped on a hint: what fails
     // later fails at the callee's own gate.
     let mut scenario = fixed_edge();
-    let mut holds = scenario.arms[0].clone();
-    holds.name = "hint holds for the chain".to_owned();
-    holds.hint_holds_for_chain = true;
-    scenario.arms.push(holds);
+    let mut latest = scenario.arms[0].clone();
+    latest.name = "hint does not hold for the chain".to_owned();
+    latest.hint_holds_for_chain = false;
+    scenario.arms.push(latest);
     let on_hints = |r: &ArmResult| {
         r.wasted_by[1..]
             .iter()
             .map(|by| by[Refusal::Withheld.index()] + by[Refusal::Hint.index()])
             .sum::<u64>()
     };
-    let latest = run(&scenario, &scenario.arms[0], 1);
-    let held = run(&scenario, &scenario.arms[3], 1);
+    let held = run(&scenario, &scenario.arms[0], 1);
+    let latest = run(&scenario, &scenario.arms[3], 1);
     assert!(on_hints(&latest) > 0, "{latest:?}");
     assert_eq!(on_hints(&held), 0, "{held:?}");
     assert!(held.goodput_share() > 0.85, "{held:?}");
