@@ -83,10 +83,10 @@ pub struct FeedbackConfig {
     /// under (`under=R` in the priority header, on a field line after the priority's),
     /// unless it came with one, so that no later proxy or outbound layer drops a call of
     /// its chain on a hint that admits it. Default: on wherever the priority is forwarded
-    /// (`priority.forward` with a `priority.header`), since it costs a chain whose edge
-    /// sheds for itself nothing and spares one whose last hop sheds a third of its wasted
-    /// work (docs/feedback.md); `false` forwards no hint; `true` insists, an error where
-    /// the priority is not forwarded.
+    /// (`priority.forward` with a `priority.header`): it spares the work of the chains whose
+    /// last hop sheds and costs those whose edge sheds for itself nothing measurable
+    /// (docs/feedback.md, "What the three rules cost"); `false` forwards no hint; `true`
+    /// insists, an error where the priority is not forwarded.
     pub hold_for_chain: Option<bool>,
     /// When the upstream's hint loosens or lapses, the least important rank the proxy sends
     /// rises toward it by at most this many ranks a second; it follows a deeper hint at

@@ -144,9 +144,9 @@ pub struct FleetArm {
     /// travels with the priority, and no later caller or proxy drops a call of that chain on
     /// a hint that the stamp admits (`Feedback::refuses_in_chain`): the hints hold back new
     /// chains, and the callee's own gate decides about the started ones. The proxy's
-    /// `feedback.hold_for_chain`. Default true: over seeds 1-24 it left `chain.toml` as it
-    /// was and took `chain-fixed-edge.toml`'s wasted work from 7.4% to 5.0% of the first
-    /// hop's admissions (docs/experiments/README.md, "Fleets and call chains").
+    /// `feedback.hold_for_chain`. Default true, as the proxy's: it spares the work of the
+    /// chains whose last hop sheds and costs those whose edge sheds for itself nothing
+    /// measurable (docs/feedback.md, "What the three rules cost").
     #[serde(default = "yes")]
     pub hint_holds_for_chain: bool,
     /// With `feedback`: when an edge proxy's hint for the hops behind loosens (a deeper one
