@@ -106,7 +106,7 @@ struct State {
     feedback: Feedback,
     rng: Rng,
     stats: OutboundStats,
-    /// See [`OutboundLayer::hold_for_chain`].
+    /// See [`OutboundLayer::without_chain_hint`].
     hold_for_chain: bool,
 }
 
@@ -174,7 +174,7 @@ impl OutboundLayer {
                     feedback: Feedback::default(),
                     rng: Rng::seed(seed()),
                     stats: OutboundStats::default(),
-                    hold_for_chain: false,
+                    hold_for_chain: true,
                 }),
             }),
         }
@@ -190,15 +190,17 @@ impl OutboundLayer {
         self
     }
 
-    /// The same layer at the edge of its call chains: a request served with no chain hint
-    /// (`under=` in `tidegate-priority`, from an edge before this service) is admitted into
-    /// its chain at its first call this layer sends, under the layer's line then (the least
-    /// important rank it sends, every rank when it holds no hint: [`Feedback::under`]), and
-    /// that call and every later one of the request carry it, through any outbound layer. No
-    /// hop of the chain then drops a call that hint admits (`docs/feedback.md`, "A chain
-    /// holds its hint"); as the proxy's `feedback.hold_for_chain`.
-    pub fn hold_for_chain(self) -> OutboundLayer {
-        self.shared.state().hold_for_chain = true;
+    /// The same layer, holding no chain's hint. By default the layer is an edge for the
+    /// requests that come without one: a request served with no chain hint (`under=` in
+    /// `tidegate-priority`, from an edge before this service) is admitted into its chain at
+    /// its first call this layer sends, under the layer's line then (the least important rank
+    /// it sends, every rank when it holds no hint: [`Feedback::under`]), and that call and
+    /// every later one of the request carry it, through any outbound layer, so that no hop of
+    /// the chain drops a call that hint admits (`docs/feedback.md`, "A chain holds its
+    /// hint"), as the proxy's `feedback.hold_for_chain` does by default. Without it, each
+    /// call of such a request is held back on the hint in force when it is sent.
+    pub fn without_chain_hint(self) -> OutboundLayer {
+        self.shared.state().hold_for_chain = false;
         self
     }
 

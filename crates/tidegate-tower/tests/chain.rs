@@ -77,10 +77,11 @@ fn refused_on_hint(result: &Result<Response<()>, BoxError>) -> bool {
 #[tokio::test(start_paused = true)]
 async fn a_chain_admitted_under_a_hint_is_not_dropped_on_a_deeper_one() {
     let callee = Callee::default();
-    let outbound = OutboundLayer::new(None, Priority::default());
+    let outbound = OutboundLayer::new(None, Priority::default()).without_chain_hint();
     let client = outbound.layer(callee.service());
-    // A service that makes one call to the callee while serving each request, in the scope of
-    // the request's `tidegate-priority` (priority and chain hint).
+    // A service inside the chain (it stamps no hint of its own) that makes one call to the
+    // callee while serving each request, in the scope of the request's `tidegate-priority`
+    // (priority and chain hint).
     let scope = PriorityScopeLayer::default();
     let server = scope.layer(service_fn(move |_: Request<()>| {
         let client = client.clone();
@@ -160,7 +161,7 @@ type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send
 #[tokio::test(start_paused = true)]
 async fn an_edge_admits_a_chain_at_its_first_call_and_holds_that_hint_for_its_rest() {
     let callee = Callee::default();
-    let edge = OutboundLayer::new(None, Priority::default()).hold_for_chain();
+    let edge = OutboundLayer::new(None, Priority::default());
     let serve = calls_twice(&edge, &callee);
     // No hint held: the first call admits the chain under every rank.
     assert_eq!(serve("5/127").await, (true, true));
@@ -192,7 +193,7 @@ async fn an_edge_admits_a_chain_at_its_first_call_and_holds_that_hint_for_its_re
     // Without it, the second call of the chain admitted under 400 is dropped on the deeper
     // hint, and no call says a hint.
     let callee = Callee::default();
-    let plain = OutboundLayer::new(None, Priority::default());
+    let plain = OutboundLayer::new(None, Priority::default()).without_chain_hint();
     let serve = calls_twice(&plain, &callee);
     callee.says(Some("rank=400, ttl=1s"));
     assert_eq!(serve("0/0").await, (true, true));

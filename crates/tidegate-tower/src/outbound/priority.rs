@@ -46,8 +46,9 @@ impl From<Priority> for Served {
 }
 
 /// The scope of a request being served: what it says of itself, and, once an outbound layer
-/// at the edge of the chain admitted its first call ([`super::OutboundLayer::hold_for_chain`]),
-/// the hint that call was admitted under, for the calls after it.
+/// at the edge of the chain admitted its first call (every layer does by default, but those
+/// built [`super::OutboundLayer::without_chain_hint`]), the hint that call was admitted
+/// under, for the calls after it.
 #[derive(Debug)]
 pub struct ServedScope {
     served: Cell<Served>,
