@@ -55,14 +55,17 @@ def phase_bounds():
     return bounds, start
 
 
+# Each phase's `(start, end)` in W, and the run's length.
+BOUNDS, TOTAL = phase_bounds()
+
+
 def work_at(t):
     """The capacity's divisor at `t` work times: 1 as it is, 2 at half."""
-    bounds, _ = phase_bounds()
     for name, sign, base in (("slowing", 1, 1.0), ("recovering", -1, 2.0)):
-        lo, hi = bounds[name]
+        lo, hi = BOUNDS[name]
         if lo <= t < hi:
             return base + sign * int((t - lo) / ((hi - lo) / STEPS)) / STEPS
-    lo, hi = bounds["slow"]
+    lo, hi = BOUNDS["slow"]
     return 2.0 if lo <= t < hi else 1.0
 
 
@@ -72,12 +75,11 @@ def workers_at(knee, slowing):
 
 
 def scenario(knee, dist, work_ms, workers):
-    bounds, total = phase_bounds()
     unit = work_ms / 1000.0 * max(1.0, 30.0 / knee)
     lines = [
         "seed = 1",
-        f'duration = "{total * unit:.3f}s"',
-        f'warmup = "{bounds["slowing"][0] * unit:.3f}s"',
+        f'duration = "{TOTAL * unit:.3f}s"',
+        f'warmup = "{BOUNDS["slowing"][0] * unit:.3f}s"',
         "",
         "[service]",
         'kind = "pool"',
@@ -90,7 +92,7 @@ def scenario(knee, dist, work_ms, workers):
         "",
     ]
     for name, sign, base in (("slowing", 1, 1.0), ("recovering", -1, 2.0)):
-        lo, hi = bounds[name]
+        lo, hi = BOUNDS[name]
         for i in range(1, STEPS + 1):
             at = (lo + i * (hi - lo) / STEPS) * unit
             slowing = base + sign * i / STEPS
@@ -120,7 +122,6 @@ def scenario(knee, dist, work_ms, workers):
 def phase_figures(csv_path, knee, work_ms, unit, workers):
     """Per (arm, phase): the goodput share of the capacity of the moment, and the mean limit
     over the knee of the moment."""
-    bounds, _ = phase_bounds()
     sums = {}
     with open(csv_path) as f:
         for row in csv.DictReader(f):
@@ -129,7 +130,7 @@ def phase_figures(csv_path, knee, work_ms, unit, workers):
             knee_now = workers_at(knee, slowing) if workers else knee
             capacity = knee_now / (work_ms / 1000.0 * (1.0 if workers else slowing))
             for name in JUDGED:
-                lo, hi = bounds[name]
+                lo, hi = BOUNDS[name]
                 if lo + SKIP_W <= t < hi:
                     acc = sums.setdefault((row["arm"], name), [0.0, 0.0, 0.0, 0])
                     acc[0] += float(row["ok"])
