@@ -20,7 +20,7 @@ HEAVY = {"Bimodal90", "Bimodal99", "Pareto15", "Pareto25", "Lognormal10"}
 GROUPS = [
     ("two tiers at knees of 1-3: tier 1 waits past its timeout",
      lambda c, t: c["tiers"] and c["knee"] <= 3 and t == "tiers"),
-    ("knees of 1-3, work that varies: settling, and what two waiting leave",
+    ("knees of 1-3, work that varies: settling, and what four waiting leave",
      lambda c, t: c["knee"] <= 3 and c["dist"] in VARYING),
     ("knees of 1-3, constant or uniform work: probes of one request",
      lambda c, t: c["knee"] <= 3),

@@ -107,15 +107,20 @@ pub const WAIT_BOUND_FLOOR: Nanos = Nanos::from_millis(1);
 /// away every arrival that finds them full, and a worker that frees then idles until the
 /// next one: one worker offered three times what it serves idles a quarter of its time,
 /// and Autotune's limit stood in with the service's own queue, which its latency rule
-/// reads as a queue and takes back. Queued, the arrivals keep the worker busy: with one
-/// waiting it idles 7.7% of its time, with two 2.5% (an M/M/1 queue of that room at three
-/// times its load), under the 3% a 97% goodput leaves. Each waits the rest of a service
-/// time or two, as an operator's queue of one work time lets it. The gate sees slots, not
+/// reads as a queue and takes back. Queued, the arrivals keep the worker busy. How many
+/// it takes depends on the overload, which the gate does not know: an M/M/1 queue with
+/// room for two waiting idles 2.5% of its time at three times its load, under the 3% a
+/// 97% goodput leaves, but 12% at one and a half times; for four, 0.3% and 4.8%. Four,
+/// not more: the rule holds only while freed slots do idle, so a heavier overload, which
+/// fills them, queues no deeper; but at a knee of 1 the limit still stands one or two
+/// past it, and six waiting behind them took the answers of a 3x or 10x overload past a
+/// timeout of 10 work times on half the seeds (`docs/algorithms.md`, "Freed slots that
+/// idle"). Each waits the rest of a few service times. The gate sees slots, not
 /// workers: a slot freed while the limit stands past the knee idles while the service's
 /// own queue keeps its worker busy, and the waiters then only add their wait (under the
 /// floor, a slot's wait is the scale of the scheduler's jitter, and 1 ms of work at a knee
 /// of 1, the limit still coming down from its start, is that case).
-pub const IDLE_WAITERS: usize = 2;
+pub const IDLE_WAITERS: usize = 4;
 
 /// How many fastest answers a freed slot must wait for its next request before
 /// [`IDLE_WAITERS`] arrivals wait whatever the bound: more than the bound's own unit, so

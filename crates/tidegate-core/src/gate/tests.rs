@@ -501,12 +501,14 @@ fn arrivals_wait_whatever_the_bound_while_freed_slots_would_idle() {
     // One worker, 2 ms at its fastest and 100 ms on average, offered three times what it
     // serves, each request arriving 30 ms after the one before ended: turned away by the
     // bound, the arrivals that find it full leave it idle a quarter of its time. The first
-    // two wait; the third is turned away.
+    // four wait (two left it idle 12% of its time at one and a half times its load); the
+    // fifth is turned away.
     let mut gate = fixed_gate(1, QueueConfig::default());
     let now = overload_after_gaps(&mut gate, 1, 2_000, 100_000, 30_000);
     let _running = admitted(gate.arrive(now, p(1, 0)));
-    let _first = queued(gate.arrive(now, p(1, 0)));
-    let _second = queued(gate.arrive(now, p(1, 0)));
+    for _ in 0..4 {
+        queued(gate.arrive(now, p(1, 0)));
+    }
     assert_eq!(
         gate.arrive(now, p(1, 0)),
         Arrival::Rejected(RejectReason::QueueFull)

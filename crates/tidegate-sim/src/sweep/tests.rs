@@ -275,14 +275,21 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
     // of the service's own queue, since a slot freed above the knee idles while its worker
     // does not; over
     // 24 seeds the family's settling misses 1,862 -> 1,820 case-seeds, goodput 1,971 ->
-    // 1,756).
+    // 1,756). Four waiting rather than two traded settling 8 -> 11 (exponential work at a
+    // knee of 10 with a capacity that halves: never settled; the same stepped to 1.5x with
+    // two tiers: never settled; lognormal 1.0 at a knee of 10: after 66 W), served past the
+    // timeout 2 -> 3 (exponential work at a knee of 1 stepped to 3x, seed 1: 3.0%, the
+    // limit standing at 2 for the one worker with four waiting) and p99 against the
+    // oracle's 5 -> 6; over 24 seeds the family's case-seeds missing a target 2,924 ->
+    // 2,907, goodput 1,756 -> 1,642, settling 1,820 -> 1,826, served past the timeout
+    // 161 -> 192, no shape worse beyond its seeds' noise and 8 better.
     let bounds = [
         (Target::Goodput, 6),
         (Target::Shed, 0),
         (Target::P99Oracle, 6),
-        (Target::P99Timeout, 2),
+        (Target::P99Timeout, 3),
         (Target::Tiers, 0),
-        (Target::Settle, 8),
+        (Target::Settle, 11),
     ];
     let report = render::misses(&results, DEFAULT, usize::MAX);
     for (target, bound) in bounds {
