@@ -238,8 +238,9 @@ enum Move {
 /// probe) kept and followed by the next one, and the higher level is retried as one that
 /// drew drops is, after 80 windows asking to grow, then 160 (after 10 for a growth above
 /// 10 that latency sent back). A step whose throughput moved with an
-/// elasticity above `high_elasticity` was below the knee: the baseline is re-anchored, as
-/// the covariance check would, which cannot see a one-request step (under its 15%).
+/// elasticity above `high_elasticity`, by three standard errors of its noise, was below
+/// the knee: the baseline is re-anchored, as the covariance check would, which cannot see
+/// a one-request step (under its 15%).
 ///
 /// **Regaining a level.** Above 10, the largest mean inflight of a window the demand set
 /// (the limit not reached) within the tolerance is a concurrency the service held. If a

@@ -282,14 +282,16 @@ fn the_default_misses_no_more_of_the_reduced_family_than_before() {
     // limit standing at 2 for the one worker with four waiting) and p99 against the
     // oracle's 5 -> 6; over 24 seeds the family's case-seeds missing a target 2,924 ->
     // 2,907, goodput 1,756 -> 1,642, settling 1,820 -> 1,826, served past the timeout
-    // 161 -> 192, no shape worse beyond its seeds' noise and 8 better.
+    // 161 -> 192, no shape worse beyond its seeds' noise and 8 better. A trial's elastic
+    // verdict re-anchoring the baseline only past the noise of its counts (`judge_trial`)
+    // took settling 11 -> 10 and p99 against the oracle's 6 -> 5.
     let bounds = [
         (Target::Goodput, 6),
         (Target::Shed, 0),
-        (Target::P99Oracle, 6),
+        (Target::P99Oracle, 5),
         (Target::P99Timeout, 3),
         (Target::Tiers, 0),
-        (Target::Settle, 11),
+        (Target::Settle, 10),
     ];
     let report = render::misses(&results, DEFAULT, usize::MAX);
     for (target, bound) in bounds {

@@ -1558,6 +1558,38 @@ fn a_trial_fails_only_by_more_than_the_noise_of_its_answers() {
 }
 
 #[test]
+fn a_trial_re_anchors_the_baseline_only_where_its_gain_is_past_the_noise() {
+    // 5 -> 6 in flight and 60 -> 70 answers: an elasticity of 0.85 on the point estimate,
+    // as below a knee; or the counting noise of an exponential service (cv 1), whose count
+    // over 60 answers moves by 13% by chance. At a knee of 3 such growths from 5, judged
+    // elastic by chance, re-anchored the baseline on the service's own queue one after
+    // the other.
+    let judge = |cv: f64| {
+        let mut a = past_slow_start(6);
+        a.base = Some(Baseline::anchored(0.1, 0.0));
+        a.srtt = Some(0.2);
+        let trial = Trial {
+            from: 5.0,
+            to: 6.0,
+            before: span(60, 5, cv),
+            after: span(70, 6, cv),
+        };
+        assert!(!a.judge_trial(&trial), "the growth is kept");
+        a.base.map(|base| base.value)
+    };
+    assert_eq!(
+        judge(1.0),
+        Some(0.1),
+        "within the noise: the baseline stands"
+    );
+    assert_eq!(
+        judge(0.05),
+        Some(0.2),
+        "past it: re-anchored on the smoothed rtt"
+    );
+}
+
+#[test]
 fn a_growth_of_a_tenth_sent_back_is_retried_after_a_ring_and_a_small_one_after_eight() {
     let mut a = past_slow_start(18);
     a.remember_level(20.0, false);
