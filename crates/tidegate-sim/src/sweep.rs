@@ -15,6 +15,7 @@
 
 pub mod arms;
 pub mod case;
+pub mod causes;
 pub mod family;
 pub mod measure;
 pub mod render;
@@ -26,8 +27,9 @@ use serde::Serialize;
 
 use crate::scenario::ArmConfig;
 use crate::scenario::engine::run_arm;
-use arms::{ORACLE, ORACLE_GOODPUT_TIE};
+use arms::{DEFAULT, ORACLE, ORACLE_GOODPUT_TIE};
 use case::Case;
+use causes::Cause;
 use measure::{ArmResult, measure};
 use targets::{Miss, targets};
 
@@ -42,6 +44,8 @@ pub struct CaseResult {
     pub oracle_point: Option<String>,
     /// By arm, the targets it missed (arms that missed none are left out).
     pub misses: BTreeMap<String, Vec<Miss>>,
+    /// The group of `tidegate default`'s misses, when it ran and missed.
+    pub cause: Option<Cause>,
 }
 
 impl CaseResult {
@@ -127,17 +131,22 @@ fn assemble(case: &Case, arm_names: &[&str], all: Vec<ArmResult>) -> CaseResult 
         })
         .collect();
     let oracle_result = arms.iter().find(|a| a.arm == ORACLE);
-    let misses = arms
+    let misses: BTreeMap<String, Vec<Miss>> = arms
         .iter()
         .map(|a| (a.arm.clone(), targets(case, a, oracle_result)))
         .filter(|(_, m)| !m.is_empty())
         .collect();
+    let cause = misses.get(DEFAULT).map(|missed| {
+        let missed: Vec<_> = missed.iter().map(|m| m.target).collect();
+        Cause::of(case, &missed)
+    });
     CaseResult {
         name: case.name(),
         case: case.clone(),
         arms,
         oracle_point,
         misses,
+        cause,
     }
 }
 

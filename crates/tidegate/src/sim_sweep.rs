@@ -149,7 +149,7 @@ pub(crate) fn sweep(args: SweepArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", render::table(&results));
         if arms.contains(&DEFAULT) {
-            println!("{}", render::misses(&results, DEFAULT, 30));
+            println!("{}", render::misses(&results, DEFAULT, 5));
         }
     }
     if let Some(dir) = args.out {

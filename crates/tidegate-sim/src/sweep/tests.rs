@@ -429,4 +429,12 @@ fn a_miss_the_oracle_shares_is_marked_and_counted() {
         "{report}"
     );
     assert_eq!(report.matches("(the oracle too)").count(), 1, "{report}");
+    // Listed under the group of their cause, with why.
+    let cause = causes::Cause::of(&case, &[Target::Goodput]);
+    let heading = format!(
+        "### {} (2 cases: goodput 2)\n\n{}\n",
+        cause.name(),
+        cause.why()
+    );
+    assert!(report.contains(&heading), "{report}");
 }
