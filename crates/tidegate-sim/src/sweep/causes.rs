@@ -25,14 +25,18 @@ pub enum Cause {
     Contention,
     HeavyTailsAtLargeKnees,
     Bursts,
+    ConstantWorkInWaves,
+    SlowFewHoldTheWorkers,
     SettlingAt1ms,
     SettlingAt20ms,
+    SettlingAt2s,
+    TailPastTheOracles,
     Untraced,
 }
 
 impl Cause {
     /// In the order their rules are tried.
-    pub const ALL: [Cause; 11] = [
+    pub const ALL: [Cause; 15] = [
         Cause::TwoTiersAtSmallKnees,
         Cause::SmallKneesVaryingWork,
         Cause::SmallKneesSteadyWork,
@@ -41,8 +45,12 @@ impl Cause {
         Cause::Contention,
         Cause::HeavyTailsAtLargeKnees,
         Cause::Bursts,
+        Cause::ConstantWorkInWaves,
+        Cause::SlowFewHoldTheWorkers,
         Cause::SettlingAt1ms,
         Cause::SettlingAt20ms,
+        Cause::SettlingAt2s,
+        Cause::TailPastTheOracles,
         Cause::Untraced,
     ];
 
@@ -65,8 +73,27 @@ impl Cause {
             Cause::Contention => case.contention,
             Cause::HeavyTailsAtLargeKnees => case.knee >= 100 && heavy(case.dist),
             Cause::Bursts => case.load == LoadShape::Bursts,
-            Cause::SettlingAt1ms => case.work_ms == 1 && missed == Target::Settle,
+            Cause::ConstantWorkInWaves => {
+                case.dist == Dist::Constant
+                    && case.timeout <= 3
+                    && matches!(
+                        missed,
+                        Target::Goodput | Target::P99Oracle | Target::P99Timeout
+                    )
+            }
+            Cause::SlowFewHoldTheWorkers => {
+                (10..=30).contains(&case.knee)
+                    && matches!(
+                        case.dist,
+                        Dist::Bimodal90 | Dist::Bimodal99 | Dist::Pareto15
+                    )
+            }
+            Cause::SettlingAt1ms => {
+                case.work_ms == 1 && matches!(missed, Target::Settle | Target::P99Oracle)
+            }
             Cause::SettlingAt20ms => case.work_ms == 20 && missed == Target::Settle,
+            Cause::SettlingAt2s => case.work_ms == 2000 && missed == Target::Settle,
+            Cause::TailPastTheOracles => missed == Target::P99Oracle,
             Cause::Untraced => true,
         }
     }
@@ -83,8 +110,12 @@ impl Cause {
             Cause::Contention => "contention beyond the knee",
             Cause::HeavyTailsAtLargeKnees => "heavy tails at knees of 100-500",
             Cause::Bursts => "on/off bursts",
-            Cause::SettlingAt1ms => "settling with 1 ms of work",
+            Cause::ConstantWorkInWaves => "constant work with a timeout of 2-3 work times",
+            Cause::SlowFewHoldTheWorkers => "a slow few holding the workers, at knees of 10-30",
+            Cause::SettlingAt1ms => "settling and the tail with 1 ms of work",
             Cause::SettlingAt20ms => "settling with 20 ms of work",
+            Cause::SettlingAt2s => "settling with 2 s of work",
+            Cause::TailPastTheOracles => "a tail past the oracle's",
             Cause::Untraced => "other",
         }
     }
@@ -133,21 +164,50 @@ impl Cause {
                 "At half load the limit grows to about twice what is in use, past the knee, so \
                  each burst starts with a queue in the service."
             }
+            Cause::ConstantWorkInWaves => {
+                "Constant work frees the slots in waves a work time apart, and the wait bound \
+                 (a fastest answer, here the work time) lets a wave's worth of arrivals wait for \
+                 the next: with the service's own queue at a limit past the knee, answers pass \
+                 a timeout of 2-3 work times. PIE, reading its dequeue rate per 15 ms, sees the \
+                 waves as a rate that swings by half and does not hold the queue at its target."
+            }
+            Cause::SlowFewHoldTheWorkers => {
+                "Where a few slow requests are most of the work (bimodal 90/10: the slow tenth \
+                 is 92% of it; bimodal 99/1: the slow hundredth half; Pareto 1.5), how many \
+                 workers they hold at a moment is a count of chance: at knees of 10-30 the \
+                 capacity left for the rest swings by a quarter to all of it over tens of work \
+                 times, and the limit and PIE follow the swings rather than settle (bimodal 99/1 \
+                 at a knee of 10 stepped to 3x: answers per two work times between 4 and 40, \
+                 PIE's probability between 0.1 and 0.9, the limit between 8 and 16)."
+            }
             Cause::SettlingAt1ms => {
                 "No Autotune window closes within 50 work times of an onset: a window lasts 100 \
                  answers' rtt, 100 work times at 1 ms, so only a limit that does not move meets \
-                 the target."
+                 the target; and the limit slow start left stands through the judged window \
+                 with the service's own queue behind it (uniform work at a knee of 30 stepped to \
+                 3x: 80 in flight, 40-70 more waiting in the gate, p99 3 times the oracle's)."
             }
             Cause::SettlingAt20ms => {
                 "A window lasts 500 ms, 25 work times at 20 ms, and the one after each move is \
                  not judged: the smoothed shrink from slow start's overshoot takes two judged \
                  windows, past 50 work times."
             }
-            Cause::Untraced => {
-                "Not traced case by case: bimodal and Pareto 1.5 work at knees of 10-30, whose \
-                 windows need many answers to measure their mean, 2 s of work at a knee of 30, \
-                 and the rest."
+            Cause::SettlingAt2s => {
+                "A window lasts at most 8 s, 4 work times, and at knees of 10-30 holds a few \
+                 dozen to a hundred answers, a ninth or less of what the tolerance asks to \
+                 measure their mean: the latency rule moves the limit on their noise, and the \
+                 baseline is re-anchored on it, so the limit wanders by a third either way of \
+                 the knee."
             }
+            Cause::TailPastTheOracles => {
+                "The oracle answers at the knee, mostly without a queue; the default's limit \
+                 stands in the latency rule's hold band, up to a fifth past a knee of 30 (the \
+                 service's own queue), and a request may wait up to a fastest answer in the \
+                 gate. Where the service's own tail is close to its mean (constant, uniform and \
+                 the fast mode of bimodal work), either is more than the quarter of it the \
+                 target allows."
+            }
+            Cause::Untraced => "Not traced case by case.",
         }
     }
 }
@@ -216,6 +276,26 @@ mod tests {
         let fast = case(Dist::Exponential, 30, 20, LoadShape::Step3);
         assert_eq!(Cause::of(&fast, &[Target::Settle]), Cause::SettlingAt20ms);
         assert_eq!(Cause::of(&fast, &[Target::Goodput]), Cause::Untraced);
+        let held = case(Dist::Bimodal99, 10, 100, LoadShape::Step3);
+        assert_eq!(
+            Cause::of(&held, &[Target::Goodput]),
+            Cause::SlowFewHoldTheWorkers
+        );
+        let tail = case(Dist::Uniform, 500, 100, LoadShape::Step3);
+        assert_eq!(
+            Cause::of(&tail, &[Target::P99Oracle]),
+            Cause::TailPastTheOracles
+        );
+        let slow = case(Dist::Exponential, 30, 2000, LoadShape::Step3);
+        assert_eq!(Cause::of(&slow, &[Target::Settle]), Cause::SettlingAt2s);
+        let waves = Case {
+            timeout: 2,
+            ..case(Dist::Constant, 30, 100, LoadShape::Step10)
+        };
+        assert_eq!(
+            Cause::of(&waves, &[Target::P99Timeout]),
+            Cause::ConstantWorkInWaves
+        );
         let half = case(Dist::Exponential, 500, 100, LoadShape::Half);
         assert_eq!(Cause::of(&half, &[Target::Shed]), Cause::ShedAtHalfLoad);
         let tail = case(Dist::Bimodal90, 500, 100, LoadShape::Step3);
