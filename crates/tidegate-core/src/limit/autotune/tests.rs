@@ -1235,6 +1235,49 @@ fn elasticity_is_the_log_log_slope_and_needs_a_spread() {
     assert_eq!(a.elasticity(), None, "20..21.5 is under a 15% spread");
 }
 
+#[test]
+fn a_ring_the_demand_set_does_not_re_anchor_the_baseline() {
+    // Constant work at a knee of 10, stepped to 3x from a light load: eight windows of 2-4
+    // in flight, the limit unfilled and the throughput following the demand (Little's law
+    // at 100 ms), then two shrinks once the step filled the limit. The throughput rose with
+    // inflight because the demand did: no evidence that the latency is not a queue.
+    let ring = |bound_before: bool| {
+        let mut a = past_slow_start(24);
+        a.base = Some(Baseline::anchored(0.1, 1e-6));
+        a.srtt = Some(0.145);
+        let mut windows: Vec<RingWindow> = (0..8)
+            .map(|i| {
+                let q = 2.0 + 0.25 * f64::from(i);
+                RingWindow {
+                    ln_inflight: f64::ln(q),
+                    ln_throughput: f64::ln(10.0 * q),
+                    moved: Move::Hold,
+                    bound: bound_before,
+                    successes: 25,
+                }
+            })
+            .collect();
+        for q in [20.0, 18.0] {
+            windows.push(RingWindow {
+                ln_inflight: f64::ln(q),
+                ln_throughput: f64::ln(100.0),
+                moved: Move::Shrink,
+                bound: true,
+                successes: 50,
+            });
+        }
+        a.ring.copy_from_slice(&windows);
+        a.filled = RING;
+        assert!(a.elasticity().is_some_and(|e| e > a.config.high_elasticity));
+        a.arbitrate();
+        a.base.map(|b| b.value)
+    };
+    assert_eq!(ring(false), Some(0.1), "kept: the demand set the ring");
+    // The same ring where the limit bound throughout is the evidence the rule reads: the
+    // service answered more as it held more, so its latency is its own, not a queue.
+    assert_eq!(ring(true), Some(0.145), "re-anchored on the smoothed rtt");
+}
+
 /// Fills the ring with windows of `(mean inflight, throughput, successes)`, every one but
 /// the `shrinks` first asking to grow, the limit reached in each.
 fn fill_ring(a: &mut Autotune, windows: &[(f64, f64, u32)], shrinks: usize) {
