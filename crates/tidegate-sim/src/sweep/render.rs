@@ -281,8 +281,7 @@ pub fn misses(results: &[CaseResult], arm: &str, limit: usize) -> String {
     let mut by_target: BTreeMap<Target, (usize, usize)> = BTreeMap::new();
     let mut beyond_oracle = 0;
     for r in &missed {
-        let mut targets: Vec<Target> = r.misses[arm].iter().map(|m| m.target).collect();
-        targets.dedup();
+        let targets = targets_missed(r, arm);
         let shared = |t: &Target| oracle_misses(r, *t);
         beyond_oracle += usize::from(targets.iter().all(shared));
         for t in targets {
@@ -337,12 +336,8 @@ pub fn misses(results: &[CaseResult], arm: &str, limit: usize) -> String {
                 continue;
             }
             let mut by_target: BTreeMap<Target, usize> = BTreeMap::new();
-            for r in &members {
-                let mut targets: Vec<Target> = r.misses[arm].iter().map(|m| m.target).collect();
-                targets.dedup();
-                for t in targets {
-                    *by_target.entry(t).or_default() += 1;
-                }
+            for t in members.iter().flat_map(|r| targets_missed(r, arm)) {
+                *by_target.entry(t).or_default() += 1;
             }
             let mut by_target: Vec<(Target, usize)> = by_target.into_iter().collect();
             by_target.sort_by_key(|&(t, n)| (std::cmp::Reverse(n), t));
@@ -365,6 +360,14 @@ pub fn misses(results: &[CaseResult], arm: &str, limit: usize) -> String {
         list(&mut out, &missed, arm, limit);
     }
     out
+}
+
+/// The targets `arm` missed on `result`'s case, each once (a target missed in several
+/// windows has a miss for each, one after the other).
+fn targets_missed(result: &CaseResult, arm: &str) -> Vec<Target> {
+    let mut targets: Vec<Target> = result.misses[arm].iter().map(|m| m.target).collect();
+    targets.dedup();
+    targets
 }
 
 /// A line for each of the first `limit` of `missed`, with the figures `arm` missed by.
