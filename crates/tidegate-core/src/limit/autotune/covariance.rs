@@ -74,12 +74,13 @@ impl Autotune {
         let moves = |m: Move| self.ring.iter().filter(|p| p.moved == m).count();
         let (grew, shrank) = (moves(Move::Grow), moves(Move::Shrink));
         let elasticity = self.elasticity();
-        // Only where the limit bound: while demand ramps up under it, throughput follows
-        // inflight because the demand grew, not because concurrency pays (Kanaloa's ramp
-        // read that way sent the limit to 42 for a knee of 20 once the overload came).
-        let bound = self.ring.iter().filter(|p| p.bound).count();
+        // Concurrency is read as paying only where the limit bound: while demand ramps up
+        // under it, throughput follows inflight because the demand grew, not because
+        // concurrency pays (Kanaloa's ramp read that way sent the limit to 42 for a knee of
+        // 20 once the overload came).
+        let limit_bound = self.ring.iter().filter(|p| p.bound).count() * 2 > RING;
         if let Some(e) = elasticity {
-            if e > self.config.high_elasticity && bound * 2 > RING {
+            if e > self.config.high_elasticity && limit_bound {
                 self.elastic = true;
             } else if e < self.config.low_elasticity {
                 self.elastic = false;
@@ -122,7 +123,7 @@ impl Autotune {
             // smoothed rtt, half an unloaded window and half a queued one (145 ms for 100 ms
             // of work), and the limit held 19 for the 10 workers to the end of the run,
             // probing 14 every 25 s. Without the re-anchoring it settles at 13.
-            Some(e) if shrank > grew && e > self.config.high_elasticity && bound * 2 > RING => {
+            Some(e) if shrank > grew && e > self.config.high_elasticity && limit_bound => {
                 self.anchor();
                 self.idle_probes = 0;
             }
